@@ -1,0 +1,28 @@
+# Two commands a new user needs: `make demo` and `make test`. Each builds .venv itself.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint bench docs clean
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+demo: $(STAMP)
+	$(PY) -m astream.cli demo
+
+test: $(STAMP)
+	$(PY) -m ruff check astream tests benchmarks examples
+	$(PY) -m mypy
+	$(PY) -m pytest -q
+
+lint: $(STAMP)
+	$(PY) -m ruff check astream tests benchmarks examples
+	$(PY) -m mypy
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo

@@ -1,0 +1,26 @@
+"""astream: stream sharded MDS datasets into any Python training loop.
+
+The public names live here; the implementation is in private packages (see DESIGN.md).
+"""
+
+from __future__ import annotations
+
+from astream import errors
+from astream.errors import AstreamError
+
+__version__ = "0.1.0.dev0"
+
+__all__ = [
+    "AstreamError",
+    "__version__",
+    "errors",
+]
+
+
+def _adopt(*objects: object) -> None:
+    # Show public classes as astream.X in reprs and docs, not astream._format.writer.X.
+    for obj in objects:
+        try:
+            obj.__module__ = "astream"  # type: ignore[attr-defined]
+        except (AttributeError, TypeError):
+            pass

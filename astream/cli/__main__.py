@@ -1,0 +1,5 @@
+import sys
+
+from astream.cli import main
+
+sys.exit(main())

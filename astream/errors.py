@@ -1,0 +1,154 @@
+"""The exception tree of astream.
+
+Every failure a user can meet is an :class:`AstreamError`. Each message names the
+culprit (file, URL, shard, sample, parameter) and says what to do about it. Where a
+builtin exception describes the same failure, the astream class inherits it too, so
+``except ValueError`` or ``except TimeoutError`` in existing code keeps working.
+
+::
+
+    AstreamError
+    ├── ConfigError (ValueError)            a parameter is wrong; nothing was done yet
+    ├── UsageError (RuntimeError)           the API was used in a way it does not support
+    ├── MissingExtraError (ImportError)     an optional dependency is not installed
+    ├── FormatError (ValueError)            bytes on disk are not valid MDS
+    │   ├── IndexFormatError                index.json is missing, unreadable or malformed
+    │   ├── ShardFormatError                a shard file is truncated or inconsistent
+    │   ├── EncodingError                   unknown encoding, or a value that does not decode
+    │   ├── CompressionError                unknown codec, or bytes that do not decompress
+    │   └── UnsafeTypeError                 a pickle column without allow_unsafe_types=True
+    ├── SampleError (ValueError)            a sample handed to MDSWriter does not fit its columns
+    ├── HashMismatchError (ValueError)      a file's digest differs from index.json
+    ├── StorageError (OSError)              a remote could not be read or written
+    │   ├── DownloadError                   a download failed for good (after retries)
+    │   │   ├── RemoteNotFoundError (FileNotFoundError)
+    │   │   └── DownloadTimeout (TimeoutError)
+    │   └── UploadError                     an upload failed for good
+    ├── CacheError                          the local shard cache cannot do what was asked
+    ├── CoordinationError                   the processes of a node could not agree
+    │   └── BarrierTimeout (TimeoutError)   a barrier did not complete in time
+    ├── StateError (ValueError)             a resumption state does not fit this dataset/world
+    └── WorkerError (RuntimeError)          a loader worker died or raised
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "AstreamError",
+    "BarrierTimeout",
+    "CacheError",
+    "CompressionError",
+    "ConfigError",
+    "CoordinationError",
+    "DownloadError",
+    "DownloadTimeout",
+    "EncodingError",
+    "FormatError",
+    "HashMismatchError",
+    "IndexFormatError",
+    "MissingExtraError",
+    "RemoteNotFoundError",
+    "SampleError",
+    "ShardFormatError",
+    "StateError",
+    "StorageError",
+    "UnsafeTypeError",
+    "UploadError",
+    "UsageError",
+    "WorkerError",
+]
+
+
+class AstreamError(Exception):
+    """Root of every error astream raises on purpose."""
+
+
+class ConfigError(AstreamError, ValueError):
+    """A parameter has a value astream cannot work with; raised before any I/O."""
+
+
+class UsageError(AstreamError, RuntimeError):
+    """The API was called in a way it does not support (wrong flavour, closed object...)."""
+
+
+class MissingExtraError(AstreamError, ImportError):
+    """An optional dependency is needed; the message names the pip extra to install."""
+
+    def __init__(self, feature: str, extra: str, module: str) -> None:
+        super().__init__(
+            f"{feature} needs the optional module {module!r}: "
+            f"install it with `pip install 'astream[{extra}]'`"
+        )
+        self.extra = extra
+
+
+class FormatError(AstreamError, ValueError):
+    """Bytes that should be MDS are not."""
+
+
+class IndexFormatError(FormatError):
+    """index.json is missing, unreadable, or has a malformed field."""
+
+
+class ShardFormatError(FormatError):
+    """A shard file is truncated, has bad offsets, or disagrees with index.json."""
+
+
+class EncodingError(FormatError):
+    """An unknown column encoding, or encoded bytes that do not decode."""
+
+
+class CompressionError(FormatError):
+    """An unknown compression algorithm, or bytes that do not decompress."""
+
+
+class UnsafeTypeError(FormatError):
+    """A column would unpickle data, and ``allow_unsafe_types=True`` was not given."""
+
+
+class SampleError(AstreamError, ValueError):
+    """A sample given to the writer does not match its columns; nothing was written for it."""
+
+
+class HashMismatchError(AstreamError, ValueError):
+    """A file's digest differs from the one recorded in index.json."""
+
+
+class StorageError(AstreamError, OSError):
+    """A remote (or the local disk) could not be read or written."""
+
+
+class DownloadError(StorageError):
+    """A download failed for good; the message names the URL, attempts and last cause."""
+
+
+class RemoteNotFoundError(DownloadError, FileNotFoundError):
+    """The remote object does not exist (HTTP 404, S3 NoSuchKey, missing file)."""
+
+
+class DownloadTimeout(DownloadError, TimeoutError):
+    """A download did not finish within ``download_timeout`` on every attempt."""
+
+
+class UploadError(StorageError):
+    """An upload of a finished shard failed for good."""
+
+
+class CacheError(AstreamError):
+    """The local shard cache cannot do what was asked (too small a limit, disk full...)."""
+
+
+class CoordinationError(AstreamError):
+    """The processes of a node could not coordinate (agent gone, protocol mismatch...)."""
+
+
+class BarrierTimeout(CoordinationError, TimeoutError):
+    """A barrier did not complete in time; the message names the missing parties."""
+
+
+class StateError(AstreamError, ValueError):
+    """A resumption state does not fit this dataset or world."""
+
+
+class WorkerError(AstreamError, RuntimeError):
+    """A loader worker crashed or raised; the message carries its traceback."""
