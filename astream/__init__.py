@@ -5,6 +5,8 @@ The public names live here; the implementation is in private packages (see DESIG
 
 from __future__ import annotations
 
+import contextlib
+
 from astream import errors
 from astream.errors import AstreamError
 
@@ -20,7 +22,5 @@ __all__ = [
 def _adopt(*objects: object) -> None:
     # Show public classes as astream.X in reprs and docs, not astream._format.writer.X.
     for obj in objects:
-        try:
+        with contextlib.suppress(AttributeError, TypeError):
             obj.__module__ = "astream"  # type: ignore[attr-defined]
-        except (AttributeError, TypeError):
-            pass
