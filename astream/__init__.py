@@ -23,4 +23,4 @@ def _adopt(*objects: object) -> None:
     # Show public classes as astream.X in reprs and docs, not astream._format.writer.X.
     for obj in objects:
         with contextlib.suppress(AttributeError, TypeError):
-            obj.__module__ = "astream"  # type: ignore[attr-defined]
+            obj.__module__ = "astream"

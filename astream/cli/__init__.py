@@ -16,7 +16,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "demo":
         from astream.cli._demo import run_demo
 
-        return run_demo(args.dir)
+        return int(run_demo(args.dir))
     parser.error(f"unknown command {args.command!r}")
     return 2
 
