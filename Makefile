@@ -3,6 +3,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+LINT_PATHS := astream tests $(wildcard benchmarks examples)
 
 .PHONY: demo test lint bench docs clean
 
@@ -16,12 +17,12 @@ demo: $(STAMP)
 	$(PY) -m astream.cli demo
 
 test: $(STAMP)
-	$(PY) -m ruff check astream tests benchmarks examples
+	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
-	$(PY) -m ruff check astream tests benchmarks examples
+	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
 
 clean:
