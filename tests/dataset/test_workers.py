@@ -1,0 +1,65 @@
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+from worker_jobs import RangeJob
+
+from astream._dataset.workers import WorkerPool
+from astream.errors import ConfigError, WorkerError
+
+MODES = ["process", "thread"]
+
+
+async def _collect(job: RangeJob, n: int, mode: str) -> list[dict]:
+    async with WorkerPool(job, n, mode, prefetch=2, loop_factory=asyncio.new_event_loop) as pool:
+        return [b async for b in pool.batches()]
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_round_robin_order_skips_finished_workers(mode: str) -> None:
+    batches = await _collect(RangeJob((3, 1, 2)), 3, mode)
+    firsts = [int(b["x"][0, 0]) for b in batches]
+    assert firsts == [0, 100, 200, 1, 201, 2]
+    pids = {int(b["pid"][0]) for b in batches}
+    if mode == "process":
+        assert os.getpid() not in pids
+        assert len(pids) == 3
+    else:
+        assert pids == {os.getpid()}
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_worker_exception_surfaces_with_traceback(mode: str) -> None:
+    with pytest.raises(WorkerError, match="bad shard in worker 1") as info:
+        await _collect(RangeJob((5, 5), fail_worker=1, fail_after=2), 2, mode)
+    assert "worker traceback" in str(info.value)
+    assert "ValueError" in str(info.value)
+
+
+async def test_killed_worker_surfaces_instead_of_hanging() -> None:
+    with pytest.raises(WorkerError, match=r"died without a word \(exit code -9\)"):
+        await asyncio.wait_for(_collect(RangeJob((50, 50), die_worker=0, fail_after=3), 2, "process"), 60)
+
+
+@pytest.mark.parametrize("mode", MODES)
+async def test_early_close_stops_workers(mode: str) -> None:
+    pool = WorkerPool(RangeJob((10_000, 10_000)), 2, mode, prefetch=2, loop_factory=asyncio.new_event_loop)
+    async with pool:
+        got = 0
+        async for _ in pool.batches():
+            got += 1
+            if got == 5:
+                break
+    for proc in pool._procs:
+        assert not proc.is_alive()
+    for thread in pool._threads:
+        assert not thread.is_alive()
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ConfigError, match="worker_mode"):
+        WorkerPool(RangeJob((1,)), 1, "fiber", 2, asyncio.new_event_loop)
+    with pytest.raises(ConfigError, match="num_workers"):
+        WorkerPool(RangeJob((1,)), 0, "thread", 2, asyncio.new_event_loop)
