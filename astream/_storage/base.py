@@ -1,0 +1,254 @@
+"""The storage protocol every backend implements, and the retry loop they share.
+
+A backend knows how to talk to one kind of remote (local disk, HTTP, S3). It
+implements a single attempt of each operation and raises :class:`Transient` for a
+failure worth retrying; :func:`with_retries` runs the attempts under the per-attempt
+``download`` timeout and the back-off schedule of :class:`RetryPolicy`, and turns the
+last failure into a :class:`DownloadError` (or :class:`DownloadTimeout`) that names
+the URL, the attempts made and the last cause, chained.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import os
+import sys
+import warnings
+from collections.abc import Awaitable, Callable
+from concurrent.futures import Executor
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Protocol, TypeVar
+
+from astream._storage.retry import RetryPolicy, Timeouts
+from astream._storage.sink import FileSink, Sink
+from astream.errors import DownloadError, DownloadTimeout, StorageError, UploadError
+
+__all__ = [
+    "NO_EVENTS",
+    "Storage",
+    "StorageOptions",
+    "TransferEvents",
+    "Transient",
+    "with_retries",
+]
+
+T = TypeVar("T")
+
+
+@dataclass(frozen=True)
+class StorageOptions:
+    """Everything a backend needs to know about how to transfer, in one frozen value.
+
+    Attributes:
+        timeouts: per-attempt download and connect timeouts.
+        retry: the retry policy for transient failures.
+        max_connections: connection pool size of HTTP/S3 clients.
+        chunk_size: bytes read from a socket or file at a time.
+    """
+
+    timeouts: Timeouts = field(default_factory=Timeouts)
+    retry: RetryPolicy = field(default_factory=RetryPolicy)
+    max_connections: int = 64
+    chunk_size: int = 1 << 20
+
+    def __post_init__(self) -> None:
+        from astream.errors import ConfigError
+
+        if not isinstance(self.timeouts, Timeouts):
+            raise ConfigError(f"timeouts must be a Timeouts, got {type(self.timeouts).__name__}")
+        if not isinstance(self.retry, RetryPolicy):
+            raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        for name in ("max_connections", "chunk_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+class TransferEvents(Protocol):
+    """What a backend reports while it works (the cache's stats and throttle listen)."""
+
+    def on_retry(self, url: str, attempt: int, cause: BaseException, throttled: bool) -> None:
+        """Attempt ``attempt`` (1-based) failed with ``cause`` and will be retried."""
+
+    def on_bytes(self, count: int) -> None:
+        """``count`` more bytes came over the network."""
+
+
+class _NoEvents:
+    def on_retry(self, url: str, attempt: int, cause: BaseException, throttled: bool) -> None:
+        pass
+
+    def on_bytes(self, count: int) -> None:
+        pass
+
+
+NO_EVENTS: TransferEvents = _NoEvents()
+
+
+class Transient(Exception):
+    """One attempt failed in a way that another attempt may fix.
+
+    Attributes:
+        retry_after: seconds the server asked us to wait, if it said.
+        throttled: the server is shedding load (429, 503, SlowDown): callers slow down.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, throttled: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.throttled = throttled
+
+
+if sys.version_info >= (3, 11):
+    async def _within(seconds: float, aw: Awaitable[T]) -> T:
+        async with asyncio.timeout(seconds):
+            return await aw
+else:  # pragma: no cover - Python 3.10
+    async def _within(seconds: float, aw: Awaitable[T]) -> T:
+        return await asyncio.wait_for(aw, seconds)
+
+
+async def with_retries(
+    url: str,
+    attempt: Callable[[int], Awaitable[T]],
+    options: StorageOptions,
+    events: TransferEvents = NO_EVENTS,
+    *,
+    verb: str = "download",
+) -> T:
+    """Run ``attempt(n)`` until it succeeds, retrying :class:`Transient` failures and timeouts.
+
+    Args:
+        url: the remote object, for messages.
+        attempt: one try; receives the 0-based attempt number.
+        options: timeouts and retry policy.
+        events: told about each retry.
+        verb: ``"download"`` or ``"upload"``, which also picks the error class.
+
+    Raises:
+        DownloadTimeout: every attempt timed out (downloads).
+        DownloadError: the failures were not all timeouts, or one was not transient.
+        UploadError: an upload failed for good.
+    """
+    policy, timeouts = options.retry, options.timeouts
+    last: BaseException | None = None
+    timed_out = True
+    for n in range(policy.attempts):
+        try:
+            return await _within(timeouts.download, attempt(n))
+        except TimeoutError as exc:
+            if isinstance(exc, StorageError):
+                raise
+            last = exc
+            throttled, retry_after = False, None
+        except Transient as exc:
+            last, timed_out = exc, False
+            throttled, retry_after = exc.throttled, exc.retry_after
+        if n + 1 < policy.attempts:
+            events.on_retry(url, n + 1, last, throttled)
+            await asyncio.sleep(policy.delay(n, retry_after))
+    assert last is not None
+    cause = (
+        f"timed out after {timeouts.download:g} s (download_timeout)"
+        if isinstance(last, TimeoutError)
+        else str(last)
+    )
+    message = (
+        f"{url}: {verb} failed after {policy.attempts} attempt{'s' if policy.attempts > 1 else ''} "
+        f"(download_retry={policy.retries}); last cause: {cause}"
+    )
+    if verb == "upload":
+        raise UploadError(message) from last
+    if timed_out:
+        raise DownloadTimeout(message) from last
+    raise DownloadError(message) from last
+
+
+class Storage(abc.ABC):
+    """Async access to one kind of remote, addressed by full URLs (or local paths).
+
+    Instances are bound to the event loop that first uses them, are async context
+    managers, and close idempotently. Subclasses implement the ``_``-less abstract
+    methods for one scheme.
+    """
+
+    schemes: tuple[str, ...] = ()
+
+    def __init__(self, options: StorageOptions | None = None, events: TransferEvents | None = None) -> None:
+        self.options = options or StorageOptions()
+        self.events = events or NO_EVENTS
+        self._closed = False
+        self._needs_close = False
+
+    @abc.abstractmethod
+    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+        """Stream the object at ``url`` into ``sink``, resuming where the sink stands.
+
+        Args:
+            url: the remote object.
+            sink: receives the body; on a retry the backend resumes at ``sink.received``
+                when the remote allows it, else calls ``sink.restart()``.
+            size: the size index.json records; a remote of another size is an error.
+
+        Raises:
+            RemoteNotFoundError: there is no such object.
+            DownloadError: the transfer failed for good (message has URL, attempts, cause).
+            DownloadTimeout: every attempt timed out.
+        """
+
+    @abc.abstractmethod
+    async def read_bytes(self, url: str) -> bytes:
+        """The whole object at ``url`` (for small files such as index.json)."""
+
+    @abc.abstractmethod
+    async def exists(self, url: str) -> bool:
+        """Whether an object exists at ``url``."""
+
+    @abc.abstractmethod
+    async def put(self, local_path: str, url: str) -> None:
+        """Upload the file ``local_path`` to ``url`` (retried like downloads).
+
+        Raises:
+            UploadError: the upload failed for good.
+        """
+
+    async def fetch(
+        self, url: str, local_path: str, *, size: int | None = None, executor: Executor | None = None
+    ) -> int:
+        """Download ``url`` to ``local_path`` atomically (temporary file, fsync, rename).
+
+        Returns:
+            The number of bytes written. On failure no file (and no temporary) is left.
+        """
+        folder = os.path.dirname(local_path) or "."
+        await asyncio.get_running_loop().run_in_executor(executor, lambda: os.makedirs(folder, exist_ok=True))
+        sink = FileSink(local_path, executor)
+        try:
+            await self.fetch_into(url, sink, size=size)
+            await sink.commit()
+        except BaseException:
+            sink.abort()
+            raise
+        return sink.received
+
+    async def aclose(self) -> None:
+        """Release connections; idempotent. Injected sessions/clients are left open."""
+        self._closed = True
+
+    async def __aenter__(self) -> Storage:
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if getattr(self, "_needs_close", False) and not getattr(self, "_closed", True):
+            warnings.warn(
+                f"{type(self).__name__} was not closed; use `async with` or call `await storage.aclose()`",
+                ResourceWarning,
+                stacklevel=2,
+            )

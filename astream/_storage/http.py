@@ -1,0 +1,208 @@
+"""``http://`` and ``https://`` remotes with aiohttp.
+
+One :class:`aiohttp.ClientSession` per storage (and a storage per event loop), with a
+pooled connector, ``auto_decompress`` off (shards are stored compressed on purpose),
+and bodies streamed to a sink in chunks. Connection errors, timeouts, 5xx and 429 are
+retried with back-off, honouring ``Retry-After``; other 4xx fail at once. A transfer
+cut short resumes with ``Range: bytes=N-`` guarded by ``If-Range: <ETag>``, and is
+restarted from byte 0 if the server ignores the range or the object changed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import re
+from collections.abc import AsyncIterator
+
+import aiohttp
+
+from astream._storage.base import Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.retry import parse_retry_after
+from astream._storage.sink import Sink
+from astream.errors import DownloadError, RemoteNotFoundError, UploadError, UsageError
+
+__all__ = ["HttpStorage"]
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+_THROTTLE = {429, 503}
+# Network-level failures that another attempt may fix (DNS failure included: resolvers flap).
+_NETWORK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
+
+
+def _status_error(url: str, resp: aiohttp.ClientResponse, verb: str = "download") -> Exception:
+    status = resp.status
+    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
+    what = f"HTTP {status} {resp.reason or ''}".rstrip()
+    if status in _THROTTLE:
+        return Transient(f"{what} (server is throttling)", retry_after=retry_after, throttled=True)
+    if status >= 500:
+        return Transient(what, retry_after=retry_after)
+    if verb == "upload":
+        return UploadError(f"{url}: upload refused with {what}; not retried")
+    if status in (404, 410):
+        return RemoteNotFoundError(f"{url}: {what}; check the remote URL and the split")
+    hint = " (credentials or permissions?)" if status in (401, 403) else ""
+    return DownloadError(f"{url}: {what}{hint}; not retried")
+
+
+class HttpStorage(Storage):
+    """A remote served over HTTP(S): any static file server, CDN or presigned bucket URL."""
+
+    schemes = ("http", "https")
+
+    def __init__(
+        self,
+        options: StorageOptions | None = None,
+        events: TransferEvents | None = None,
+        *,
+        session: aiohttp.ClientSession | None = None,
+    ) -> None:
+        super().__init__(options, events)
+        self._session = session
+        self._owns_session = session is None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        # Validators seen per URL, so a retry can resume only the same version of an object.
+        self._etags: dict[str, str] = {}
+
+    def _get_session(self) -> aiohttp.ClientSession:
+        loop = asyncio.get_running_loop()
+        if self._closed:
+            raise UsageError("this HttpStorage is closed")
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise UsageError("an HttpStorage is bound to the event loop that first used it; make one per loop")
+        if self._session is None:
+            opts = self.options
+            connector = aiohttp.TCPConnector(limit=opts.max_connections, ttl_dns_cache=300)
+            timeout = aiohttp.ClientTimeout(
+                total=None, connect=opts.timeouts.connect, sock_connect=opts.timeouts.connect
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
+            )
+            self._needs_close = True
+        return self._session
+
+    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+        session = self._get_session()
+        chunk = self.options.chunk_size
+
+        async def attempt(n: int) -> None:
+            headers = {}
+            offset = sink.received
+            etag = self._etags.get(url)
+            if offset and (etag or size is not None):
+                # Resume; If-Range makes the server send the whole object if it changed, and
+                # without an ETag the Content-Range total is checked against index.json's size.
+                headers = {"Range": f"bytes={offset}-"}
+                if etag:
+                    headers["If-Range"] = etag
+            elif offset:
+                await sink.restart()
+                offset = 0
+            try:
+                async with session.get(url, headers=headers) as resp:
+                    total = self._check_response(url, resp, offset, size)
+                    if resp.status == 200 and sink.received:
+                        await sink.restart()  # the server sent the whole object again
+                    tag = resp.headers.get("ETag")
+                    if tag and not tag.startswith("W/"):
+                        self._etags[url] = tag
+                    async for data in resp.content.iter_chunked(chunk):
+                        self.events.on_bytes(len(data))
+                        await sink.write(data)
+            except _NETWORK_ERRORS as exc:
+                raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+            if sink.received != total:
+                raise Transient(f"the body ended after {sink.received} of {total} bytes")
+
+        try:
+            await with_retries(url, attempt, self.options, self.events)
+        finally:
+            self._etags.pop(url, None)
+
+    def _check_response(self, url: str, resp: aiohttp.ClientResponse, offset: int, size: int | None) -> int:
+        """Validate status and sizes; returns the full size of the object."""
+        if resp.status == 206:
+            match = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+            if not match or int(match.group(1)) != offset or match.group(3) == "*":
+                self._etags.pop(url, None)
+                raise Transient(f"unusable Content-Range {resp.headers.get('Content-Range')!r}; restarting")
+            total = int(match.group(3))
+        elif resp.status == 200:
+            total = resp.content_length if resp.content_length is not None else -1
+        elif resp.status == 416:
+            self._etags.pop(url, None)
+            raise Transient("HTTP 416: the object shrank while we resumed; restarting")
+        else:
+            raise _status_error(url, resp)
+        if total < 0:
+            total = size if size is not None else -1
+        if size is not None and total != size:
+            raise DownloadError(
+                f"{url}: the remote object is {total} bytes but index.json says {size}; "
+                "the dataset changed after its index was written (re-create the index or the cache)"
+            )
+        return total
+
+    async def read_bytes(self, url: str) -> bytes:
+        session = self._get_session()
+
+        async def attempt(n: int) -> bytes:
+            try:
+                async with session.get(url) as resp:
+                    if resp.status != 200:
+                        raise _status_error(url, resp)
+                    return await resp.read()
+            except _NETWORK_ERRORS as exc:
+                raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def exists(self, url: str) -> bool:
+        session = self._get_session()
+
+        async def attempt(n: int) -> bool:
+            try:
+                async with session.head(url, allow_redirects=True) as resp:
+                    if resp.status in (404, 410):
+                        return False
+                    if resp.status < 300:
+                        return True
+                    raise _status_error(url, resp)
+            except _NETWORK_ERRORS as exc:
+                raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def put(self, local_path: str, url: str) -> None:
+        session = self._get_session()
+        chunk = self.options.chunk_size
+        length = (await asyncio.get_running_loop().run_in_executor(None, os.stat, local_path)).st_size
+
+        async def body() -> AsyncIterator[bytes]:
+            loop = asyncio.get_running_loop()
+            with open(local_path, "rb") as fh:  # noqa: ASYNC230 - reads go to the executor below
+                while data := await loop.run_in_executor(None, fh.read, chunk):
+                    yield data
+
+        async def attempt(n: int) -> None:
+            try:
+                headers = {"Content-Length": str(length)}
+                async with session.put(url, data=body(), headers=headers) as resp:
+                    if resp.status >= 300:
+                        raise _status_error(url, resp, "upload")
+            except _NETWORK_ERRORS as exc:
+                raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+
+        await with_retries(url, attempt, self.options, self.events, verb="upload")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        session, self._session = self._session, None
+        if session is not None and self._owns_session:
+            await asyncio.shield(session.close())

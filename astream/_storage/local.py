@@ -1,0 +1,122 @@
+"""Local paths and ``file://`` URLs as a remote (a dataset on a mounted or local disk).
+
+Reads go through aiofiles' worker threads in large chunks, so a slow network
+filesystem never blocks the loop. A missing file is :class:`RemoteNotFoundError`,
+an unreadable one a :class:`DownloadError`; neither is retried, as retrying cannot help.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import shutil
+from urllib.parse import unquote, urlsplit
+
+import aiofiles
+import aiofiles.os
+
+from astream._storage.base import Storage, Transient, with_retries
+from astream._storage.sink import Sink
+from astream.errors import DownloadError, RemoteNotFoundError, StorageError, UploadError
+
+__all__ = ["LocalStorage", "local_path_of"]
+
+# Errors of a flaky network filesystem that another attempt may fix.
+_TRANSIENT_ERRNOS = {errno.EIO, errno.EAGAIN, errno.ETIMEDOUT, errno.ESTALE, errno.EINTR}
+
+
+def local_path_of(url: str) -> str:
+    """The filesystem path of a plain path or ``file://`` URL."""
+    if url.startswith("file://"):
+        parts = urlsplit(url)
+        if parts.netloc not in ("", "localhost"):
+            raise StorageError(f"{url}: file:// URLs must name a local path (file:///abs/path)")
+        return unquote(parts.path)
+    return url
+
+
+def _translate(url: str, exc: OSError, verb: str = "read") -> Exception:
+    if isinstance(exc, FileNotFoundError):
+        return RemoteNotFoundError(f"{url}: no such file; check the remote path and the split")
+    if isinstance(exc, PermissionError):
+        return DownloadError(f"{url}: permission denied; the process cannot {verb} this file")
+    if exc.errno in _TRANSIENT_ERRNOS:
+        return Transient(f"{type(exc).__name__}: {exc}")
+    return DownloadError(f"{url}: cannot {verb}: {exc}")
+
+
+class LocalStorage(Storage):
+    """A remote that is a directory on this machine."""
+
+    schemes = ("", "file")
+
+    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+        path = local_path_of(url)
+        chunk = self.options.chunk_size
+
+        async def attempt(n: int) -> None:
+            try:
+                async with aiofiles.open(path, "rb") as fh:
+                    actual = os.fstat(fh.fileno()).st_size
+                    if size is not None and actual != size:
+                        raise DownloadError(
+                            f"{url}: the file is {actual} bytes but index.json says {size}; "
+                            "the dataset changed after its index was written"
+                        )
+                    await fh.seek(sink.received)
+                    while True:
+                        data = await fh.read(chunk)
+                        if not data:
+                            break
+                        await sink.write(data)
+            except OSError as exc:
+                if isinstance(exc, StorageError):
+                    raise
+                raise _translate(url, exc) from exc
+            if size is not None and sink.received != size:
+                raise Transient(f"read {sink.received} of {size} bytes (the file changed while read)")
+
+        await with_retries(url, attempt, self.options, self.events)
+
+    async def read_bytes(self, url: str) -> bytes:
+        path = local_path_of(url)
+
+        async def attempt(n: int) -> bytes:
+            try:
+                async with aiofiles.open(path, "rb") as fh:
+                    return bytes(await fh.read())
+            except OSError as exc:
+                raise _translate(url, exc) from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def exists(self, url: str) -> bool:
+        return bool(await aiofiles.os.path.exists(local_path_of(url)))
+
+    async def put(self, local_path: str, url: str) -> None:
+        dest = local_path_of(url)
+        tmp = f"{dest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+        def copy() -> None:
+            if os.path.normpath(dest) == os.path.normpath(local_path):
+                return
+            os.makedirs(os.path.dirname(os.path.abspath(dest)), exist_ok=True)
+            try:
+                shutil.copyfile(local_path, tmp)
+                os.replace(tmp, dest)
+            except BaseException:
+                if os.path.exists(tmp):
+                    os.unlink(tmp)
+                raise
+
+        async def attempt(n: int) -> None:
+            try:
+                await asyncio.get_running_loop().run_in_executor(None, copy)
+            except OSError as exc:
+                err = _translate(url, exc, "write")
+                if isinstance(err, Transient):
+                    raise err from exc
+                raise UploadError(f"{url}: cannot upload {local_path}: {exc}") from exc
+
+        await with_retries(url, attempt, self.options, self.events, verb="upload")

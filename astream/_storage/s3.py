@@ -1,0 +1,231 @@
+"""``s3://bucket/key`` remotes with aiobotocore (the optional extra ``s3``).
+
+The endpoint and credentials come from the variables MosaicML Streaming users already
+set: ``S3_ENDPOINT_URL`` plus the standard ``AWS_*`` ones (and ``~/.aws``).
+botocore's own retries are turned off; astream's :class:`RetryPolicy` decides, so the
+time bound is the same for every scheme. ``SlowDown``/503/429 count as throttling. A
+cut transfer resumes with a ``Range`` request guarded by ``IfMatch: <ETag>``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import re
+from typing import Any
+from urllib.parse import urlsplit
+
+import aiohttp
+
+from astream._storage.base import Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.sink import Sink
+from astream.errors import DownloadError, MissingExtraError, RemoteNotFoundError, UploadError, UsageError
+
+__all__ = ["S3Storage", "split_s3_url"]
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$")
+_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
+_NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
+
+
+def split_s3_url(url: str) -> tuple[str, str]:
+    """``s3://bucket/a/b`` -> ``("bucket", "a/b")``."""
+    parts = urlsplit(url)
+    if parts.scheme != "s3" or not parts.netloc:
+        raise UsageError(f"{url!r} is not an s3://bucket/key URL")
+    return parts.netloc, parts.path.lstrip("/")
+
+
+def _import_aiobotocore() -> tuple[Any, Any, Any]:
+    try:
+        import botocore.exceptions
+        from aiobotocore.config import AioConfig
+        from aiobotocore.session import get_session
+    except ImportError as exc:
+        raise MissingExtraError("s3:// remotes", "s3", "aiobotocore") from exc
+    return get_session, AioConfig, botocore.exceptions
+
+
+class S3Storage(Storage):
+    """A remote in an S3 (or S3-compatible) bucket."""
+
+    schemes = ("s3",)
+
+    def __init__(
+        self,
+        options: StorageOptions | None = None,
+        events: TransferEvents | None = None,
+        *,
+        client: Any = None,
+    ) -> None:
+        super().__init__(options, events)
+        self._get_session, self._AioConfig, self._exc = _import_aiobotocore()
+        self._client = client
+        self._owns_client = client is None
+        self._client_cm: Any = None
+        self._lock: asyncio.Lock | None = None
+        self._etags: dict[str, str] = {}
+
+    async def _get_client(self) -> Any:
+        if self._closed:
+            raise UsageError("this S3Storage is closed")
+        if self._client is not None:
+            return self._client
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._client is None:
+                opts = self.options
+                config = self._AioConfig(
+                    connect_timeout=opts.timeouts.connect,
+                    read_timeout=opts.timeouts.download,
+                    retries={"total_max_attempts": 1},
+                    max_pool_connections=opts.max_connections,
+                )
+                region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+                self._client_cm = self._get_session().create_client(
+                    "s3", endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None, region_name=region, config=config
+                )
+                self._client = await self._client_cm.__aenter__()
+                self._needs_close = True
+        return self._client
+
+    def _translate(self, url: str, exc: BaseException, verb: str = "download") -> Exception:
+        """Map a botocore/aiohttp failure to Transient (retry) or a final astream error."""
+        exc_mod = self._exc
+        if isinstance(exc, exc_mod.ClientError):
+            error = exc.response.get("Error", {})
+            code = str(error.get("Code", ""))
+            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+            what = f"S3 {code or status}: {error.get('Message', '')}".rstrip(": ")
+            if code in _THROTTLE_CODES or status in (429, 503):
+                return Transient(f"{what} (bucket is throttling)", throttled=True)
+            if status >= 500 or code in ("InternalError", "ServiceUnavailable"):
+                return Transient(what)
+            if code in ("PreconditionFailed", "InvalidRange") or status in (412, 416):
+                self._etags.pop(url, None)
+                return Transient(f"{what}: the object changed while we resumed; restarting")
+            if verb == "upload":
+                return UploadError(f"{url}: upload refused ({what}); not retried")
+            if code in _NOT_FOUND_CODES or status == 404:
+                return RemoteNotFoundError(f"{url}: {what}; check the bucket, the prefix and the split")
+            hint = " (check credentials and bucket policy)" if status == 403 else ""
+            return DownloadError(f"{url}: {what}{hint}; not retried")
+        if isinstance(exc, exc_mod.NoCredentialsError):
+            return DownloadError(f"{url}: no AWS credentials; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile")
+        if isinstance(exc, (exc_mod.BotoCoreError, aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)):
+            return Transient(f"{type(exc).__name__}: {exc}")
+        return DownloadError(f"{url}: {type(exc).__name__}: {exc}")
+
+    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+        client = await self._get_client()
+        bucket, key = split_s3_url(url)
+        chunk = self.options.chunk_size
+
+        async def attempt(n: int) -> None:
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            offset = sink.received
+            etag = self._etags.get(url)
+            if offset and etag:
+                kwargs.update(Range=f"bytes={offset}-", IfMatch=etag)
+            elif offset:
+                await sink.restart()
+                offset = 0
+            try:
+                resp = await client.get_object(**kwargs)
+                body = resp["Body"]
+                try:
+                    total = self._total(url, resp, offset, size)
+                    if resp.get("ETag"):
+                        self._etags[url] = resp["ETag"]
+                    async for data in body.iter_chunks(chunk):
+                        self.events.on_bytes(len(data))
+                        await sink.write(data)
+                finally:
+                    body.close()
+            except (Transient, DownloadError):
+                raise
+            except Exception as exc:
+                raise self._translate(url, exc) from exc
+            if sink.received != total:
+                raise Transient(f"the body ended after {sink.received} of {total} bytes")
+
+        try:
+            await with_retries(url, attempt, self.options, self.events)
+        finally:
+            self._etags.pop(url, None)
+
+    def _total(self, url: str, resp: dict[str, Any], offset: int, size: int | None) -> int:
+        if offset:
+            match = _CONTENT_RANGE.match(resp.get("ContentRange") or "")
+            if not match or int(match.group(1)) != offset:
+                self._etags.pop(url, None)
+                raise Transient(f"unusable ContentRange {resp.get('ContentRange')!r}; restarting")
+            total = int(match.group(3))
+        else:
+            total = int(resp.get("ContentLength", -1))
+        if size is not None and total != size:
+            raise DownloadError(
+                f"{url}: the remote object is {total} bytes but index.json says {size}; "
+                "the dataset changed after its index was written (re-create the index or the cache)"
+            )
+        return total
+
+    async def read_bytes(self, url: str) -> bytes:
+        client = await self._get_client()
+        bucket, key = split_s3_url(url)
+
+        async def attempt(n: int) -> bytes:
+            try:
+                resp = await client.get_object(Bucket=bucket, Key=key)
+                async with resp["Body"] as body:
+                    return bytes(await body.read())
+            except Exception as exc:
+                raise self._translate(url, exc) from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def exists(self, url: str) -> bool:
+        client = await self._get_client()
+        bucket, key = split_s3_url(url)
+
+        async def attempt(n: int) -> bool:
+            try:
+                await client.head_object(Bucket=bucket, Key=key)
+            except Exception as exc:
+                err = self._translate(url, exc)
+                if isinstance(err, RemoteNotFoundError):
+                    return False
+                raise err from exc
+            return True
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def put(self, local_path: str, url: str) -> None:
+        client = await self._get_client()
+        bucket, key = split_s3_url(url)
+
+        def read() -> bytes:
+            with open(local_path, "rb") as fh:
+                return fh.read()
+
+        data = await asyncio.get_running_loop().run_in_executor(None, read)
+
+        async def attempt(n: int) -> None:
+            try:
+                await client.put_object(Bucket=bucket, Key=key, Body=data)
+            except Exception as exc:
+                raise self._translate(url, exc, "upload") from exc
+
+        await with_retries(url, attempt, self.options, self.events, verb="upload")
+
+    async def aclose(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        cm, self._client_cm = self._client_cm, None
+        self._client = None
+        if cm is not None and self._owns_client:
+            with contextlib.suppress(Exception):
+                await asyncio.shield(cm.__aexit__(None, None, None))

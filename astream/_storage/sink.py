@@ -1,0 +1,206 @@
+"""Where a transfer's bytes go: sinks that move every disk write off the event loop.
+
+A backend streams a body into a :class:`Sink` chunk by chunk. :class:`BufferedSink`
+gathers chunks into buffers of a few MiB and hands each buffer to a worker thread,
+keeping at most one buffer in flight, so the network and the disk work overlap and no
+large write ever runs on the loop. Subclasses say what "consume" means: plain
+:class:`FileSink` writes a file; the shard cache's sink also hashes and decompresses.
+
+``abort()`` is synchronous on purpose: it runs in ``finally`` blocks of cancelled
+tasks, removes the temporary files at once and closes them as soon as the worker
+thread is done with them, so a cancelled transfer leaves nothing behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import threading
+from concurrent.futures import Executor
+from typing import BinaryIO, Protocol
+
+__all__ = ["BufferedSink", "FileSink", "Sink", "fsync_dir"]
+
+FLUSH_BYTES = 4 << 20
+
+
+class Sink(Protocol):
+    """Receives the body of one remote object, in order, possibly over several attempts."""
+
+    @property
+    def received(self) -> int:
+        """Bytes accepted so far; a resumed transfer asks the remote for the rest."""
+        ...
+
+    async def write(self, data: bytes) -> None:
+        """Accept the next bytes of the object."""
+        ...
+
+    async def restart(self) -> None:
+        """Forget everything received: the remote sends the object again from byte 0."""
+        ...
+
+
+def fsync_dir(path: str) -> None:
+    """fsync a directory so a rename inside it survives a power cut (best effort)."""
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+
+
+class BufferedSink:
+    """A sink that consumes buffered chunks in an executor, one buffer at a time."""
+
+    def __init__(self, executor: Executor | None = None, flush_bytes: int = FLUSH_BYTES) -> None:
+        self._executor = executor
+        self._flush_bytes = flush_bytes
+        self._buf: list[bytes] = []
+        self._buffered = 0
+        self._received = 0
+        self._pending: asyncio.Future[None] | None = None
+        self._lock = threading.Lock()
+        self._busy = False
+        self._aborted = False
+
+    @property
+    def received(self) -> int:
+        return self._received
+
+    # -- subclass hooks (run in the executor thread) -------------------------------------
+    def _consume(self, chunks: list[bytes]) -> None:
+        raise NotImplementedError
+
+    def _reset(self) -> None:
+        raise NotImplementedError
+
+    def _close_files(self) -> None:
+        raise NotImplementedError
+
+    def _remove_files(self) -> None:
+        raise NotImplementedError
+
+    # -- async face ------------------------------------------------------------------------
+    def _run(self, fn: object, *args: object) -> asyncio.Future[None]:
+        def job() -> None:
+            with self._lock:
+                if self._aborted:
+                    return
+                self._busy = True
+            try:
+                fn(*args)  # type: ignore[operator]
+            finally:
+                with self._lock:
+                    self._busy = False
+                    if self._aborted:
+                        self._close_files()
+                        with contextlib.suppress(OSError):
+                            self._remove_files()
+
+        return asyncio.get_running_loop().run_in_executor(self._executor, job)
+
+    async def _wait_pending(self) -> None:
+        fut, self._pending = self._pending, None
+        if fut is not None:
+            await fut
+
+    async def write(self, data: bytes) -> None:
+        if not data:
+            return
+        self._buf.append(data)
+        self._buffered += len(data)
+        self._received += len(data)
+        if self._buffered >= self._flush_bytes:
+            await self._dispatch()
+
+    async def _dispatch(self) -> None:
+        await self._wait_pending()
+        if self._buf:
+            chunks, self._buf, self._buffered = self._buf, [], 0
+            self._pending = self._run(self._consume, chunks)
+
+    async def drain(self) -> None:
+        """Wait until every byte received so far has been consumed."""
+        await self._dispatch()
+        await self._wait_pending()
+
+    async def restart(self) -> None:
+        self._buf, self._buffered, self._received = [], 0, 0
+        with contextlib.suppress(Exception):
+            await self._wait_pending()
+        await self._run(self._reset)
+
+    async def run(self, fn: object, *args: object) -> None:
+        """Run ``fn(*args)`` in the executor after everything received so far is consumed."""
+        await self.drain()
+        await self._run(fn, *args)
+
+    def abort(self) -> None:
+        """Drop the transfer: remove the temporary files now, close them when the worker is done."""
+        self._buf, self._buffered = [], 0
+        with self._lock:
+            if self._aborted:
+                return
+            self._aborted = True
+            busy = self._busy
+        with contextlib.suppress(OSError):
+            self._remove_files()
+        if not busy:
+            self._close_files()
+
+
+class FileSink(BufferedSink):
+    """Writes an object to ``<path>.<token>.tmp``; :meth:`commit` fsyncs and renames it to ``path``."""
+
+    def __init__(self, path: str, executor: Executor | None = None, fsync: bool = True) -> None:
+        super().__init__(executor)
+        self.path = path
+        self.tmp_path = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+        self._fsync = fsync
+        self._fh: BinaryIO | None = None
+
+    def _open(self) -> BinaryIO:
+        if self._fh is None:
+            self._fh = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in _close_files
+        return self._fh
+
+    def _consume(self, chunks: list[bytes]) -> None:
+        fh = self._open()
+        for chunk in chunks:
+            fh.write(chunk)
+
+    def _reset(self) -> None:
+        fh = self._open()
+        fh.seek(0)
+        fh.truncate()
+
+    def _close_files(self) -> None:
+        if self._fh is not None:
+            with contextlib.suppress(OSError):
+                self._fh.close()
+            self._fh = None
+
+    def _remove_files(self) -> None:
+        os.unlink(self.tmp_path)
+
+    def _commit(self) -> None:
+        fh = self._open()
+        fh.flush()
+        if self._fsync:
+            os.fsync(fh.fileno())
+        fh.close()
+        self._fh = None
+        os.replace(self.tmp_path, self.path)
+        if self._fsync:
+            fsync_dir(os.path.dirname(os.path.abspath(self.path)))
+
+    async def commit(self) -> None:
+        """Make the file appear at ``path``, complete, or raise (the temporary is then removed)."""
+        try:
+            await self.run(self._commit)
+        except BaseException:
+            self.abort()
+            raise
