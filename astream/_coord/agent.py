@@ -1,0 +1,378 @@
+"""The node agent: one per node and run, serving every rank and worker of the node.
+
+It deduplicates ``ensure`` (one download per shard per node, every waiter answered,
+errors forwarded to all), counts pins node-wide and releases a connection's pins when it
+closes, runs barriers (:mod:`.barriers`) and the node's epoch counter, and answers
+``inspect`` questions for the clients' watchdogs. It owns no cache logic: that is the
+:class:`~astream._coord.provider.ShardProvider`'s.
+
+Each connection is an :class:`asyncio.Protocol`: bytes go through the sans-I/O
+:class:`~astream._coord.wire.FrameDecoder`; a malformed frame closes that connection only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import time
+from collections import Counter
+from typing import Any, cast
+
+from astream._coord.barriers import Arrival, Barrier, BarrierBook
+from astream._coord.config import CoordConfig
+from astream._coord.provider import ShardProvider
+from astream._coord.rendezvous import peer_credentials
+from astream._coord.wire import FrameDecoder, ProtocolError, VersionMismatch, encode, validate_request
+from astream.errors import AstreamError, CoordinationError
+
+__all__ = ["Agent"]
+
+log = logging.getLogger("astream.coord")
+
+
+def error_body(exc: BaseException) -> dict[str, str]:
+    """How an exception travels in an answer."""
+    kind = type(exc).__name__ if isinstance(exc, AstreamError) else "CoordinationError"
+    return {"type": kind, "message": str(exc) if isinstance(exc, AstreamError) else f"{type(exc).__name__}: {exc}"}
+
+
+class _Conn(asyncio.Protocol):
+    """One client connection."""
+
+    def __init__(self, agent: Agent, number: int) -> None:
+        self.agent = agent
+        self.number = number
+        self.member = f"conn{number}"
+        self.pid = 0
+        self.greeted = False
+        self.clean = False
+        self.closed = False
+        self.pins: Counter[str] = Counter()
+        self.transport: asyncio.Transport | None = None
+        self._decoder = FrameDecoder(agent.config.max_frame)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+        sock = self.transport.get_extra_info("socket")
+        creds = peer_credentials(sock) if sock is not None else None
+        if creds is not None and creds[1] != os.getuid():
+            log.warning("astream agent: refused pid %d of uid %d (another user)", creds[0], creds[1])
+            self.closed = True
+            self.transport.abort()
+            return
+        self.agent.connected(self)
+
+    def data_received(self, data: bytes) -> None:
+        if self.closed:
+            return
+        try:
+            for message in self._decoder.feed(data):
+                self._handle(validate_request(message))
+        except VersionMismatch as exc:
+            log.warning("astream agent: %s: %s", self.member, exc)
+            self.send({"id": 0, "ok": False, "error": error_body(exc)})
+            self.close()
+        except ProtocolError as exc:
+            log.warning("astream agent: closing %s (pid %d): %s", self.member, self.pid, exc)
+            self.agent.stats["protocol_errors"] += 1
+            self.close()
+
+    def _handle(self, message: dict[str, Any]) -> None:
+        try:
+            self.agent.dispatch(self, message)
+        except ProtocolError:
+            raise
+        except Exception as exc:  # a bug must cost one answer, not the node
+            log.exception("astream agent: %s failed on %s", self.member, message.get("op"))
+            if message.get("id") is not None:
+                self.send({"id": message["id"], "ok": False, "error": error_body(exc)})
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        self.agent.disconnected(self)
+
+    def send(self, message: dict[str, Any]) -> None:
+        if not self.closed and self.transport is not None:
+            self.transport.write(encode(message))
+
+    def close(self) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.close()
+
+
+class Agent:
+    """The node agent's state and request handling, bound to one event loop.
+
+    Args:
+        provider: the node's shard cache.
+        config: timeouts (``agent_linger``, ``connect_timeout``) and limits.
+    """
+
+    def __init__(self, provider: ShardProvider, config: CoordConfig) -> None:
+        self.provider = provider
+        self.config = config
+        self.barriers = BarrierBook()
+        self.stats: Counter[str] = Counter()
+        self._conns: dict[int, _Conn] = {}
+        self._count = 0
+        self._pins: Counter[str] = Counter()
+        self._inflight: dict[str, asyncio.Task[str]] = {}
+        self._waiters: dict[str, list[tuple[_Conn, int]]] = {}
+        self._stage: dict[str, tuple[str, float]] = {}
+        self._epoch = 0
+        self._epoch_set = False
+        self._started = time.monotonic()
+        self._stop: asyncio.Event | None = None
+        self._idle: asyncio.TimerHandle | None = None
+        self._deadline: asyncio.TimerHandle | None = None
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def serve(self, listener: socket.socket, on_ready: Any = None) -> None:
+        """Rebuild from disk, serve ``listener`` until idle for ``agent_linger``, clean up.
+
+        Args:
+            listener: a bound, listening Unix socket; closed on return.
+            on_ready: called with no argument once the agent accepts clients.
+        """
+        loop = asyncio.get_running_loop()
+        self._stop = asyncio.Event()
+        server = None
+        try:
+            await self.provider.rebuild()
+            server = await loop.create_unix_server(self._new_conn, sock=listener)
+            if on_ready is not None:
+                on_ready()
+            self._arm_idle(self.config.connect_timeout)  # nobody came: the leader died early
+            await self._stop.wait()
+        finally:
+            await asyncio.shield(self._shutdown(server, listener))
+
+    def stop(self) -> None:
+        """Ask :meth:`serve` to return (idempotent)."""
+        if self._stop is not None:
+            self._stop.set()
+
+    async def _shutdown(self, server: asyncio.AbstractServer | None, listener: socket.socket) -> None:
+        if server is not None:
+            server.close()
+        listener.close()
+        for conn in list(self._conns.values()):
+            conn.close()
+        for task in self._inflight.values():
+            task.cancel()
+        if self._inflight:
+            await asyncio.gather(*self._inflight.values(), return_exceptions=True)
+        await self.provider.aclose()
+
+    def _new_conn(self) -> _Conn:
+        self._count += 1
+        return _Conn(self, self._count)
+
+    def _arm_idle(self, delay: float) -> None:
+        if self._idle is not None:
+            self._idle.cancel()
+        self._idle = asyncio.get_running_loop().call_later(delay, self.stop)
+
+    def connected(self, conn: _Conn) -> None:
+        """A client connected."""
+        self._conns[conn.number] = conn
+        self.stats["connections"] += 1
+        if self._idle is not None:
+            self._idle.cancel()
+            self._idle = None
+
+    def disconnected(self, conn: _Conn) -> None:
+        """A client's connection closed: release its pins, tell its barriers."""
+        if self._conns.pop(conn.number, None) is None:
+            return
+        for key, count in conn.pins.items():
+            self._add_pins(key, -count)
+        conn.pins.clear()
+        for waiters in self._waiters.values():
+            waiters[:] = [w for w in waiters if w[0] is not conn]
+        if conn.greeted:
+            if not conn.clean:
+                log.info("astream agent: %s (pid %d) left without goodbye", conn.member, conn.pid)
+            for barrier, error in self.barriers.disconnected(conn.member, clean=conn.clean, now=time.monotonic()):
+                self._answer_barrier(barrier, error=error)
+        if not self._conns:
+            self._arm_idle(self.config.agent_linger)
+
+    # -- requests -----------------------------------------------------------------------
+
+    def dispatch(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        """Handle one validated request."""
+        op = msg["op"]
+        self.stats[f"op_{op}"] += 1
+        if op == "hello":
+            self._hello(conn, msg)
+            return
+        if not conn.greeted:
+            raise ProtocolError(f"op {op!r} before hello")
+        request: int = msg.get("id", 0)
+        if op == "ensure":
+            self._ensure(conn, msg["key"], request, pin=msg["pin"])
+        elif op == "pin":
+            self._pin(conn, msg["key"], 1)
+        elif op == "unpin":
+            self._pin(conn, msg["key"], -1)
+        elif op in ("barrier", "begin_epoch"):
+            self._arrive(conn, msg, request)
+        elif op == "set_epoch":
+            self._epoch, self._epoch_set = msg["epoch"], True
+            conn.send({"id": request, "ok": True, "epoch": self._epoch})
+        elif op == "get_epoch":
+            conn.send({"id": request, "ok": True, "epoch": self._epoch})
+        elif op == "inspect":
+            conn.send({"id": request, "ok": True, **self.inspect_shard(msg["key"])})
+        elif op == "inspect_barrier":
+            conn.send({"id": request, "ok": True, **self.inspect_barrier(msg["name"])})
+        elif op == "stats":
+            conn.send({"id": request, "ok": True, "stats": self.snapshot()})
+        elif op == "bye":
+            conn.clean = True
+
+    def _hello(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        if conn.greeted:
+            raise ProtocolError("second hello on one connection")
+        conn.greeted, conn.member, conn.pid = True, msg["member"], msg["pid"]
+        self.barriers.joined(conn.member)
+        hint = msg["epoch_hint"]
+        if hint is not None and not self._epoch_set:
+            self._epoch = max(self._epoch, hint)  # a new agent learns the epoch from its clients
+        for key in msg["pins"]:
+            self._pin(conn, key, 1)
+        conn.send({"id": msg["id"], "ok": True, "agent_pid": os.getpid(), "epoch": self._epoch})
+
+    def _pin(self, conn: _Conn, key: str, delta: int) -> None:
+        if delta < 0 and conn.pins[key] <= 0:
+            return  # unpin without pin: ignore, as a set would
+        conn.pins[key] += delta
+        if conn.pins[key] <= 0:
+            del conn.pins[key]
+        self._add_pins(key, delta)
+
+    def _add_pins(self, key: str, delta: int) -> None:
+        self._pins[key] += delta
+        count = self._pins[key]
+        if count <= 0:
+            del self._pins[key]
+            count = 0
+        self.provider.on_pins_changed(key, count)
+
+    def _ensure(self, conn: _Conn, key: str, request: int, *, pin: bool) -> None:
+        if pin:
+            self._pin(conn, key, 1)
+        path = self.provider.lookup(key)
+        if path is not None:
+            self.stats["hits"] += 1
+            conn.send({"id": request, "ok": True, "path": path})
+            return
+        self._waiters.setdefault(key, []).append((conn, request))
+        if key in self._inflight:
+            self.stats["coalesced"] += 1
+            return
+        self.stats["fetches"] += 1
+        self._stage[key] = ("queue", time.monotonic())
+        task = asyncio.get_running_loop().create_task(self._fetch(key))
+        self._inflight[key] = task
+        task.add_done_callback(lambda t, key=key: self._fetched(key, t))  # type: ignore[misc]
+
+    async def _fetch(self, key: str) -> str:
+        def stage(name: str) -> None:
+            self._stage[key] = (name, time.monotonic())
+
+        return await self.provider.ensure(key, stage)
+
+    def _fetched(self, key: str, task: asyncio.Task[str]) -> None:
+        self._inflight.pop(key, None)
+        self._stage.pop(key, None)
+        waiters = self._waiters.pop(key, [])
+        if task.cancelled():
+            return
+        exc = task.exception()
+        if exc is not None:
+            self.stats["fetch_errors"] += 1
+            log.warning("astream agent: shard %r failed for %d waiter(s): %s", key, len(waiters), exc)
+            answer: dict[str, Any] = {"ok": False, "error": error_body(exc)}
+        else:
+            answer = {"ok": True, "path": task.result()}
+        for conn, request in waiters:
+            conn.send({"id": request, **answer})
+
+    def _arrive(self, conn: _Conn, msg: dict[str, Any], request: int) -> None:
+        name = msg["name"] if msg["op"] == "barrier" else f"epoch:{msg['name']}"
+        now = time.monotonic()
+        try:
+            barrier, error = self.barriers.arrive(
+                name, msg["parties"], msg["timeout"], Arrival(conn.number, conn.member, request), now
+            )
+        except CoordinationError as exc:
+            conn.send({"id": request, "ok": False, "error": error_body(exc)})
+            return
+        if error is not None:
+            self._answer_barrier(barrier, error=error)
+        elif barrier.complete:
+            self.barriers.close(barrier)
+            epoch = None
+            if msg["op"] == "begin_epoch":
+                epoch, self._epoch, self._epoch_set = self._epoch, self._epoch + 1, True
+            self._answer_barrier(barrier, epoch=epoch)
+        self._arm_deadline()
+
+    def _answer_barrier(self, barrier: Barrier, *, error: CoordinationError | None = None, epoch: int | None = None) -> None:
+        answer: dict[str, Any] = {"ok": True, "epoch": epoch} if error is None else {"ok": False, "error": error_body(error)}
+        for arrival in barrier.arrivals.values():
+            conn = self._conns.get(arrival.conn)
+            if conn is not None:
+                conn.send({"id": arrival.request, **answer})
+
+    def _arm_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
+        when = self.barriers.next_deadline()
+        if when is not None:
+            self._deadline = asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()), self._expire)
+
+    def _expire(self) -> None:
+        self._deadline = None
+        for barrier, error in self.barriers.expire(time.monotonic()):
+            self._answer_barrier(barrier, error=error)
+        self._arm_deadline()
+
+    # -- introspection ------------------------------------------------------------------
+
+    def inspect_shard(self, key: str) -> dict[str, Any]:
+        """What the node is doing about ``key``: stage, for how long, who waits."""
+        stage, since = self._stage.get(key, ("ready" if self.provider.lookup(key) else "idle", time.monotonic()))
+        waiters = sorted({c.member for c, _ in self._waiters.get(key, [])})
+        return {"stage": stage, "stage_seconds": round(time.monotonic() - since, 3), "waiters": waiters,
+                "pins": self._pins.get(key, 0)}
+
+    def inspect_barrier(self, name: str) -> dict[str, Any]:
+        """Who has arrived at barrier ``name`` and who is missing."""
+        barrier = self.barriers.open.get(name) or self.barriers.open.get(f"epoch:{name}")
+        if barrier is None:
+            return {"open": False, "arrived": [], "missing": [], "dead": sorted(self.barriers.dead)}
+        return {"open": True, "arrived": sorted(barrier.arrivals), "missing": barrier.missing(),
+                "dead": sorted(m for m in self.barriers.dead if m in barrier.missing())}
+
+    def snapshot(self) -> dict[str, Any]:
+        """Counters and gauges of the node."""
+        return {
+            **self.stats,
+            "agent_pid": os.getpid(),
+            "uptime_s": round(time.monotonic() - self._started, 3),
+            "clients": len(self._conns),
+            "members": sorted(c.member for c in self._conns.values() if c.greeted),
+            "pinned_shards": len(self._pins),
+            "pins": sum(self._pins.values()),
+            "inflight": sorted(self._inflight),
+            "open_barriers": sorted(self.barriers.open),
+            "epoch": self._epoch,
+            "provider": self.provider.stats(),
+        }

@@ -1,0 +1,378 @@
+"""A rank's or worker's connection to its node agent: :class:`AsyncNodeClient`.
+
+Joining is connecting: the client derives the node's agent address from the local cache
+folder and run id, connects, and if nobody listens it binds the address itself and starts
+the agent (it is then the leader). When the agent dies, every client notices its socket
+close, and the next call elects a new agent the same way, re-sends its pins and its last
+known epoch, and retries — or fails with ``CoordinationError`` once
+``CoordConfig.connect_timeout`` has passed.
+
+Example::
+
+    async with AsyncNodeClient(local="/tmp/cache", provider=factory, world=world) as node:
+        epoch = await node.begin_epoch()
+        async with node.pinned("shard.00000.mds") as path:
+            ...
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import itertools
+import os
+import warnings
+from collections import Counter
+from collections.abc import AsyncIterator, Sequence
+from typing import Any, cast
+
+from astream import errors
+from astream._coord.config import CoordConfig
+from astream._coord.launch import start_agent
+from astream._coord.provider import ProviderFactory
+from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
+from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
+from astream._coord.wire import FrameDecoder, encode, validate_reply
+from astream._coord.world import World
+from astream.errors import BarrierTimeout, CoordinationError, UsageError
+
+__all__ = ["AgentLost", "AsyncNodeClient"]
+
+_MAX_REELECTIONS = 5
+
+
+class AgentLost(CoordinationError):
+    """The connection to the node agent closed (it died, or shut down)."""
+
+
+def _error(body: dict[str, Any]) -> errors.AstreamError:
+    cls = getattr(errors, str(body.get("type")), None)
+    if not (isinstance(cls, type) and issubclass(cls, errors.AstreamError)) or cls is errors.MissingExtraError:
+        cls = CoordinationError
+    return cls(body.get("message", "the node agent failed"))
+
+
+class _Link(asyncio.Protocol):
+    """One connection to the agent, multiplexing requests by id."""
+
+    def __init__(self, max_frame: int) -> None:
+        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.transport: asyncio.Transport | None = None
+        self.lost = False
+        self._ids = itertools.count(1)
+        self._decoder = FrameDecoder(max_frame)
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            for message in self._decoder.feed(data):
+                validate_reply(message)
+                future = self.pending.pop(message["id"], None)
+                if future is None or future.done():
+                    continue
+                if message["ok"]:
+                    future.set_result(message)
+                else:
+                    future.set_exception(_error(message["error"]))
+        except CoordinationError as exc:  # a version mismatch, or garbage from the agent
+            self._fail_all(exc)
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self._fail_all(AgentLost(f"the node agent closed the connection ({exc or 'EOF'})"))
+
+    def _fail_all(self, exc: CoordinationError) -> None:
+        self.lost = True
+        pending, self.pending = self.pending, {}
+        for future in pending.values():
+            if not future.done():
+                future.set_exception(exc)
+
+    def request(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        if self.lost or self.transport is None:
+            future.set_exception(AgentLost("the connection to the node agent is closed"))
+            return future
+        request = next(self._ids)
+        message["id"] = request
+        self.pending[request] = future
+        self.transport.write(encode(message))
+        return future
+
+    def notify(self, message: dict[str, Any]) -> None:
+        if not self.lost and self.transport is not None:
+            self.transport.write(encode(message))
+
+    def close(self) -> None:
+        if self.transport is not None:
+            self.transport.close()
+
+
+class AsyncNodeClient:
+    """A process's membership of its node: ensure, pins, barriers, epoch.
+
+    Args:
+        local: the node's local cache folder (with ``run_id``, it names the node's agent).
+        provider: picklable factory of the :class:`~.provider.ShardProvider`, used if this
+            process has to start the agent.
+        run_id: separates two jobs on one machine; default from the launcher's environment
+            (:func:`~.rendezvous.default_run_id`).
+        world: this process's place; default :meth:`World.from_env`.
+        member: its name at barriers; default ``world.member`` (``"rank3.worker1"``).
+        config: timeouts and limits.
+    """
+
+    def __init__(self, local: str, provider: ProviderFactory, *, run_id: str | None = None,
+                 world: World | None = None, member: str | None = None, config: CoordConfig | None = None) -> None:
+        self.config = config or CoordConfig()
+        self.world = world or World.from_env()
+        self.member = member or self.world.member
+        self.address: Address = derive_address(
+            local, default_run_id() if run_id is None else run_id, abstract=self.config.abstract
+        )
+        self._provider = provider
+        self._policy = WatchPolicy(self.config.watch_warn_after, self.config.watch_fail_after)
+        self._link: _Link | None = None
+        self._lock: asyncio.Lock | None = None
+        self._pins: Counter[str] = Counter()
+        self._epoch_hint: int | None = None
+        self._closed = False
+        self._opened = False
+        self.agent_pid: int | None = None
+        self.started_agents = 0
+
+    # -- lifecycle ----------------------------------------------------------------------
+
+    async def __aenter__(self) -> AsyncNodeClient:
+        await self.aconnect()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.aclose()
+
+    async def aconnect(self) -> None:
+        """Join the node now (otherwise the first call does)."""
+        await self._connected()
+
+    async def aclose(self) -> None:
+        """Say goodbye and close; idempotent. Pins still held are released by the agent."""
+        if self._closed:
+            return
+        self._closed = True
+        link, self._link = self._link, None
+        if link is not None and not link.lost:
+            link.notify({"op": "bye"})
+            link.close()
+
+    def __del__(self, _warn: Any = warnings.warn) -> None:
+        if self._opened and not self._closed:
+            _warn(f"unclosed {self!r}; use 'async with' or await aclose()", ResourceWarning, stacklevel=1)
+            if self._link is not None:
+                self._link.close()
+
+    def __repr__(self) -> str:
+        return f"<AsyncNodeClient {self.member} agent={self.address}>"
+
+    # -- calls --------------------------------------------------------------------------
+
+    async def ensure(self, key: str, *, pin: bool = False) -> str:
+        """Make shard ``key`` present in the node's cache (downloaded once per node); return its path.
+
+        Args:
+            key: the shard's name relative to the cache root.
+            pin: also pin it (atomically: it cannot be evicted between ready and pinned).
+
+        Raises:
+            AstreamError: the provider's error (e.g. ``DownloadError``), as every waiter sees it.
+            WatchdogTimeout: no answer within ``watch_fail_after``.
+        """
+        if pin:
+            self._pins[key] += 1
+        try:
+            answer = await self._call({"op": "ensure", "key": key, "pin": pin}, watch=f"shard {key!r}",
+                                      describe=lambda: self._inspect_shard(key))
+        except BaseException:
+            if pin:
+                await self.unpin(key)
+            raise
+        path: str = answer["path"]
+        return path
+
+    async def pin(self, key: str) -> None:
+        """Pin ``key`` node-wide (one-way; the agent counts it before any later request)."""
+        self._pins[key] += 1
+        (await self._connected()).notify({"op": "pin", "key": key})
+
+    async def unpin(self, key: str) -> None:
+        """Release one pin of ``key`` (one-way)."""
+        if self._pins[key] <= 0:
+            self._pins.pop(key, None)
+            return
+        self._pins[key] -= 1
+        if not self._pins[key]:
+            del self._pins[key]
+        if self._link is not None and not self._link.lost:
+            self._link.notify({"op": "unpin", "key": key})
+
+    @contextlib.asynccontextmanager
+    async def pinned(self, key: str) -> AsyncIterator[str]:
+        """Ensure and pin ``key`` for the ``async with`` block; yields its local path."""
+        path = await self.ensure(key, pin=True)
+        try:
+            yield path
+        finally:
+            await self.unpin(key)
+
+    async def barrier(self, name: str, parties: int | Sequence[str] | None = None, *,
+                      timeout: float | None = None) -> None:
+        """Wait until every party arrived at barrier ``name``.
+
+        Args:
+            name: the barrier's name (reusable once it completed).
+            parties: a count, or the member names that must arrive; default every worker
+                of this node (``world.node_members()``).
+            timeout: seconds; default ``config.barrier_timeout``.
+
+        Raises:
+            BarrierTimeout: not every party arrived in time; names the missing.
+            CoordinationError: a party died; names it.
+        """
+        await self._arrive("barrier", name, parties, timeout)
+
+    async def begin_epoch(self, parties: int | Sequence[str] | None = None, *, timeout: float | None = None,
+                          name: str = "iter") -> int:
+        """Meet the node's other parties at the start of an iteration; return the epoch to run.
+
+        All parties get the same number; the node's counter then advances by one (MosaicML
+        advances it at the start of iteration: spec 4.8).
+        """
+        answer = await self._arrive("begin_epoch", name, parties, timeout)
+        epoch: int = answer["epoch"]
+        self._epoch_hint = epoch + 1
+        return epoch
+
+    async def set_epoch(self, epoch: int) -> None:
+        """Set the node's next epoch (on resumption)."""
+        await self._call({"op": "set_epoch", "epoch": epoch})
+        self._epoch_hint = epoch
+
+    async def get_epoch(self) -> int:
+        """The epoch the next :meth:`begin_epoch` will return."""
+        epoch: int = (await self._call({"op": "get_epoch"}))["epoch"]
+        self._epoch_hint = epoch
+        return epoch
+
+    async def stats(self) -> dict[str, Any]:
+        """The agent's counters and gauges (clients, pins, fetches, provider stats...)."""
+        stats: dict[str, Any] = (await self._call({"op": "stats"}))["stats"]
+        return stats
+
+    # -- machinery ----------------------------------------------------------------------
+
+    async def _arrive(self, op: str, name: str, parties: int | Sequence[str] | None,
+                      timeout: float | None) -> dict[str, Any]:
+        if parties is None:
+            parties = list(self.world.node_members())
+        wanted: int | list[str] = parties if isinstance(parties, int) else list(parties)
+        timeout = self.config.barrier_timeout if timeout is None else timeout
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + timeout
+        message = {"op": op, "name": name, "parties": wanted, "timeout": timeout}
+        try:
+            return await asyncio.wait_for(
+                self._call(message, watch=f"barrier {name!r}", describe=lambda: self._inspect_barrier(name),
+                           deadline=deadline),
+                timeout + min(5.0, 0.5 + timeout / 2),  # the agent answers first unless it hangs
+            )
+        except asyncio.TimeoutError:
+            raise BarrierTimeout(f"barrier {name!r}: no answer from the node agent {self.address} "
+                                 f"within {timeout}s") from None
+
+    async def _inspect_shard(self, key: str) -> str:
+        return describe_shard(key, await self._call({"op": "inspect", "key": key}, retry=False))
+
+    async def _inspect_barrier(self, name: str) -> str:
+        return describe_barrier(name, await self._call({"op": "inspect_barrier", "name": name}, retry=False))
+
+    async def _call(self, message: dict[str, Any], *, watch: str | None = None, describe: Any = None,
+                    retry: bool = True, deadline: float | None = None) -> dict[str, Any]:
+        for attempt in itertools.count():
+            link = await self._connected()
+            if deadline is not None and "timeout" in message:  # a retried barrier keeps its deadline
+                message["timeout"] = max(0.0, deadline - asyncio.get_running_loop().time())
+            future = link.request(dict(message))
+            try:
+                if watch is None:
+                    return await future
+                return await watched(future, what=watch, policy=self._policy, describe=describe)
+            except AgentLost:
+                if not retry or attempt >= _MAX_REELECTIONS:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _connected(self) -> _Link:
+        link = self._link
+        if link is not None and not link.lost:
+            return link
+        if self._closed:
+            raise UsageError(f"{self!r} is closed")
+        if self._lock is None:
+            self._lock = asyncio.Lock()
+        async with self._lock:
+            if self._link is None or self._link.lost:
+                self._link = await self._join()
+                self._opened = True
+            return self._link
+
+    async def _join(self) -> _Link:
+        """Connect to the agent, electing and starting one if nobody listens."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.config.connect_timeout
+        pause = 0.002
+        last: BaseException | None = None
+        while loop.time() < deadline:
+            sock = try_connect(self.address)
+            if sock is not None:
+                try:
+                    return await asyncio.wait_for(self._hello(sock), max(0.1, deadline - loop.time()))
+                except (AgentLost, asyncio.TimeoutError, ConnectionError) as exc:
+                    last = exc  # that agent is going away; elect again
+            else:
+                listener = try_bind(self.address)
+                if listener is not None:
+                    self.agent_pid = await asyncio.to_thread(start_agent, listener, self._provider, self.config)
+                    self.started_agents += 1
+                    continue
+            await asyncio.sleep(pause)
+            pause = min(pause * 2, 0.05)
+        raise CoordinationError(
+            f"{self.member}: could not reach or start the node agent at {self.address} within "
+            f"{self.config.connect_timeout}s (CoordConfig.connect_timeout){f'; last error: {last}' if last else ''}"
+        )
+
+    async def _hello(self, sock: Any) -> _Link:
+        loop = asyncio.get_running_loop()
+        try:
+            _, link = await loop.create_unix_connection(lambda: _Link(self.config.max_frame), sock=sock)
+        except BaseException:
+            sock.close()
+            raise
+        try:
+            answer = await link.request({
+                "op": "hello", "member": self.member, "pid": os.getpid(),
+                "epoch_hint": self._epoch_hint, "pins": list(self._pins.elements()),
+            })
+        except BaseException as exc:
+            link.close()
+            if isinstance(exc, CoordinationError) and not isinstance(exc, AgentLost):
+                raise CoordinationError(f"{self.member} cannot join the node agent at {self.address}: {exc}") from exc
+            raise
+        self.agent_pid = answer["agent_pid"]
+        self._epoch_hint = answer["epoch"]
+        return link
+
+
+

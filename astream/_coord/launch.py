@@ -1,0 +1,169 @@
+"""Starting the node agent, in its own process (default) or on a thread of the leader.
+
+The leader has already bound the listening socket (:func:`~.rendezvous.try_bind`); the
+agent inherits it. In process mode the agent is a fresh interpreter (``subprocess``,
+fork+exec: nothing is forked after a loop or thread exists) in its own session, so it
+outlives a leader that is killed and is never slowed by the leader's GIL. The leader
+hands it the provider factory and config by pickle over stdin and waits for one line on
+its stdout: ``ready`` or the error that stopped it.
+
+Run as ``python -m astream._coord.launch FD`` by :func:`start_agent` only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import pickle
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from collections.abc import Callable
+
+from astream._coord.agent import Agent
+from astream._coord.config import CoordConfig
+from astream._coord.provider import ProviderFactory
+from astream.errors import CoordinationError
+
+__all__ = ["new_event_loop", "run_agent", "start_agent"]
+
+log = logging.getLogger("astream.coord")
+
+
+def new_event_loop() -> asyncio.AbstractEventLoop:
+    """A uvloop loop when uvloop is installed, else asyncio's default."""
+    try:
+        import uvloop
+    except ImportError:  # pragma: no cover - uvloop is a dependency on POSIX
+        return asyncio.new_event_loop()
+    return uvloop.new_event_loop()
+
+
+def run_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
+              on_ready: Callable[[], None], *, signals: bool = False) -> None:
+    """Run an agent on ``listener`` until it goes idle; blocks (a process or a thread).
+
+    Raises:
+        Exception: whatever stopped the agent from starting (bad factory, rebuild failed).
+    """
+    loop = new_event_loop()
+    try:
+        loop.run_until_complete(_serve(listener, factory, config, on_ready, signals))
+    finally:
+        loop.close()
+
+
+async def _serve(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
+                 on_ready: Callable[[], None], signals: bool) -> None:
+    agent = Agent(factory(), config)
+    if signals:
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, agent.stop)
+        loop.add_signal_handler(signal.SIGINT, agent.stop)
+    await agent.serve(listener, on_ready)
+
+
+def start_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+    """Start an agent serving ``listener``; return its pid once it accepts clients. Blocks.
+
+    The caller's copy of ``listener`` is closed in process mode (the agent owns it now).
+
+    Raises:
+        CoordinationError: the agent did not start within ``config.connect_timeout``.
+    """
+    if config.agent_mode == "thread":
+        return _start_thread(listener, factory, config)
+    try:
+        return _start_process(listener, factory, config)
+    finally:
+        listener.close()
+
+
+def _start_thread(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+    ready = threading.Event()
+    failure: list[BaseException] = []
+
+    def target() -> None:
+        try:
+            run_agent(listener, factory, config, ready.set)
+        except BaseException as exc:
+            failure.append(exc)
+            log.exception("astream agent thread failed")
+        finally:
+            listener.close()
+            ready.set()
+
+    threading.Thread(target=target, name="astream-agent", daemon=True).start()
+    if not ready.wait(config.connect_timeout) or failure:
+        raise CoordinationError(f"the node agent thread did not start: {failure[0] if failure else 'timed out'}")
+    return os.getpid()
+
+
+def _start_process(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+    try:
+        payload = pickle.dumps((factory, config))
+    except Exception as exc:
+        raise CoordinationError(
+            f"the provider factory {factory!r} must be picklable to start the node agent: {exc}"
+        ) from exc
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    fd = listener.fileno()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "astream._coord.launch", str(fd)],
+        pass_fds=(fd,), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
+    )
+    threading.Thread(target=proc.wait, name=f"astream-agent-reaper-{proc.pid}", daemon=True).start()
+    assert proc.stdin is not None
+    assert proc.stdout is not None
+    line: list[bytes] = []
+    reader = threading.Thread(target=lambda: line.append(proc.stdout.readline()), daemon=True)  # type: ignore[union-attr]
+    try:
+        with contextlib.suppress(BrokenPipeError):
+            proc.stdin.write(payload)
+            proc.stdin.close()
+        reader.start()
+        reader.join(config.connect_timeout)
+    finally:
+        with contextlib.suppress(OSError):
+            proc.stdin.close()
+    answer = line[0].decode(errors="replace").strip() if line else ""
+    if answer != "ready":
+        if not line:
+            proc.kill()
+        raise CoordinationError(f"the node agent (pid {proc.pid}) did not start: {answer or 'no answer in time'}")
+    proc.stdout.close()
+    return proc.pid
+
+
+def _main(argv: list[str]) -> int:
+    listener = socket.socket(fileno=int(argv[1]))
+    out = os.fdopen(os.dup(1), "wb")
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # later prints must not hit a pipe the leader closed
+    os.close(devnull)
+
+    def ready() -> None:
+        with contextlib.suppress(OSError):
+            out.write(b"ready\n")
+            out.close()
+
+    try:
+        factory, config = pickle.loads(sys.stdin.buffer.read())
+        logging.basicConfig(level=logging.WARNING, format="%(asctime)s astream-agent[%(process)d] %(message)s")
+        run_agent(listener, factory, config, ready, signals=True)
+    except BaseException as exc:
+        with contextlib.suppress(OSError):
+            out.write(f"error: {type(exc).__name__}: {exc}\n".encode())
+            out.close()
+        raise
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(_main(sys.argv))

@@ -1,0 +1,199 @@
+"""Where a node's processes meet: the agent's socket address, binding it, reaching it.
+
+Every process of a node that uses the same local cache for the same run derives the same
+address from ``(realpath(local), run_id, uid)``:
+
+- on Linux, a name in the abstract socket namespace (``\\0astream-<hash>``): nothing on
+  disk, and the kernel frees the name the instant the last process holding it dies, so a
+  SIGKILLed agent leaves nothing to clean up;
+- elsewhere (or with ``namespace="filesystem"``), a socket file in a 0700 runtime folder
+  of the user, guarded by an ``flock`` while a stale file from a dead run is reclaimed.
+
+Whoever binds the address first is the leader and starts the agent. Only processes of the
+same user take part: the agent checks each client's peer credentials and the client
+checks the agent's, so another user can neither join nor impersonate the agent.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import hashlib
+import os
+import socket
+import struct
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from astream.errors import ConfigError, CoordinationError
+
+__all__ = ["Address", "default_run_id", "derive_address", "peer_credentials", "try_bind", "try_connect"]
+
+_RUN_ID_VARS = ("ASTREAM_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JAX_COORDINATOR_ADDRESS")
+
+
+@dataclass(frozen=True)
+class Address:
+    """A node agent's address.
+
+    Attributes:
+        name: the string to ``bind``/``connect`` (starts with NUL for an abstract name).
+        abstract: whether it lives in the abstract namespace.
+        digest: the hash naming this node's run; used in log messages.
+    """
+
+    name: str
+    abstract: bool
+    digest: str
+
+    @property
+    def lock_path(self) -> str:
+        """Lock file used while (re)claiming a filesystem socket."""
+        return self.name + ".lock"
+
+    def __str__(self) -> str:
+        return f"@astream-{self.digest}" if self.abstract else self.name
+
+
+def default_run_id() -> str:
+    """A run id from the launcher's environment, so two jobs on one machine do not meet.
+
+    ``ASTREAM_RUN_ID``, then torchrun's ``TORCHELASTIC_RUN_ID``, SLURM's job and step ids,
+    ``MASTER_ADDR:MASTER_PORT``, JAX's coordinator address; ``""`` when none is set.
+    """
+    env = os.environ
+    for name in _RUN_ID_VARS:
+        if env.get(name):
+            return f"{name}={env[name]}.{env.get('SLURM_STEP_ID', '')}" if name == "SLURM_JOB_ID" else env[name]
+    if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
+        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
+    return ""
+
+
+def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None = None) -> Address:
+    """The agent address of the node using cache folder ``local`` in run ``run_id``.
+
+    Raises:
+        ConfigError: ``local`` is empty.
+    """
+    if not local:
+        raise ConfigError("coordination needs a local cache folder")
+    uid = os.getuid() if uid is None else uid
+    seed = f"{os.path.realpath(local)}\0{run_id}\0{uid}".encode()
+    digest = hashlib.sha256(seed).hexdigest()[:24]
+    if abstract:
+        return Address(f"\0astream-{digest}", True, digest)
+    return Address(os.path.join(runtime_dir(uid), f"{digest}.sock"), False, digest)
+
+
+def runtime_dir(uid: int) -> str:
+    """A private (0700) folder for socket files: ``$XDG_RUNTIME_DIR/astream`` or ``/tmp/astream-<uid>``.
+
+    Raises:
+        CoordinationError: the folder exists but belongs to someone else or is open to others.
+    """
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    path = os.path.join(base, "astream") if base and os.path.isdir(base) else os.path.join(
+        tempfile.gettempdir(), f"astream-{uid}"
+    )
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(path, 0o700)
+    info = os.lstat(path)
+    if info.st_uid != uid or info.st_mode & 0o077:
+        raise CoordinationError(f"{path} must be a folder owned by uid {uid} with mode 0700; remove or fix it")
+    if len(path) > 80:
+        raise CoordinationError(f"runtime folder {path} is too long for a Unix socket path; set XDG_RUNTIME_DIR")
+    return path
+
+
+def peer_credentials(sock: socket.socket) -> tuple[int, int] | None:
+    """``(pid, uid)`` of the process at the other end of a Unix socket, where the OS says."""
+    option = getattr(socket, "SO_PEERCRED", None)
+    if option is None:
+        return None
+    raw = sock.getsockopt(socket.SOL_SOCKET, option, struct.calcsize("3i"))
+    pid, uid, _gid = struct.unpack("3i", raw)
+    return pid, uid
+
+
+def try_bind(address: Address) -> socket.socket | None:
+    """Bind and listen on ``address``; None when a live agent (or a rival leader) holds it.
+
+    A filesystem socket left by a dead run (nobody accepts on it) is removed and taken
+    over, under an ``flock`` so two reclaimers cannot both win.
+    """
+    if address.abstract:
+        return _bind(address.name)
+    with _flock(address.lock_path):
+        if _alive(address.name):
+            return None
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(address.name)  # stale: its agent is gone
+        return _bind(address.name)
+
+
+def try_connect(address: Address) -> socket.socket | None:
+    """A non-blocking socket connected to the agent, or None if no agent listens there.
+
+    Raises:
+        CoordinationError: the address is held by a process of another user.
+    """
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.setblocking(False)
+        sock.connect(address.name)
+    except (ConnectionRefusedError, FileNotFoundError, BlockingIOError, InterruptedError):
+        sock.close()  # no listener, or its backlog is full: the caller retries
+        return None
+    except BaseException:
+        sock.close()
+        raise
+    creds = peer_credentials(sock)
+    if creds is not None and creds[1] != os.getuid():
+        sock.close()
+        raise CoordinationError(
+            f"the agent socket {address} is held by pid {creds[0]} of uid {creds[1]}, not by this user; "
+            "another user is squatting it: pass another run_id"
+        )
+    return sock
+
+
+def _bind(name: str) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.bind(name)
+        if not name.startswith("\0"):
+            os.chmod(name, 0o600)  # its folder is 0700 already; belt and braces
+        sock.listen(1024)
+    except OSError as exc:
+        sock.close()
+        if exc.errno == errno.EADDRINUSE:
+            return None
+        raise CoordinationError(f"cannot bind the agent socket {name!r}: {exc}") from exc
+    return sock
+
+
+def _alive(name: str) -> bool:
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    probe.settimeout(1.0)  # a full backlog blocks connect: that agent is alive
+    try:
+        probe.connect(name)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except TimeoutError:
+        return True
+    finally:
+        probe.close()
+    return True
+
+
+@contextlib.contextmanager
+def _flock(path: str) -> Iterator[None]:
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)

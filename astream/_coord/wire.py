@@ -1,0 +1,192 @@
+"""The node agent's wire protocol, sans I/O: frames in, messages out, and back.
+
+A frame is an 8-byte header and a JSON body::
+
+    magic b"AS" | version u8 | reserved u8 | body length u32 (big-endian) | body
+
+The header layout is frozen forever, so two astream versions can always tell each other
+apart: a peer whose header carries another version gets :class:`VersionMismatch`, a clear
+``CoordinationError``. Anything else that is not a well-formed frame carrying a
+well-formed message raises :class:`ProtocolError`; the I/O layer then closes that one
+connection and nothing else.
+
+Requests carry ``op`` and, when they want an answer, an integer ``id``. Answers carry the
+same ``id`` and ``ok``; a failed answer carries ``error: {"type", "message"}``.
+"""
+
+from __future__ import annotations
+
+import json
+import struct
+from collections.abc import Mapping
+from typing import Any
+
+from astream.errors import CoordinationError
+
+__all__ = [
+    "HEADER",
+    "PROTOCOL_VERSION",
+    "FrameDecoder",
+    "ProtocolError",
+    "VersionMismatch",
+    "encode",
+    "validate_reply",
+    "validate_request",
+]
+
+PROTOCOL_VERSION = 1
+MAGIC = b"AS"
+HEADER = struct.Struct(">2sBxI")
+MAX_KEY = 4096
+
+Message = dict[str, Any]
+
+
+class ProtocolError(CoordinationError):
+    """Bytes from a peer are not a valid frame or message."""
+
+
+class VersionMismatch(CoordinationError):
+    """The peer speaks another version of the protocol (another astream release)."""
+
+    def __init__(self, peer_version: int) -> None:
+        super().__init__(
+            f"the peer speaks astream coordination protocol v{peer_version}, this process v{PROTOCOL_VERSION}: "
+            "every process of a node must run the same astream version"
+        )
+        self.peer_version = peer_version
+
+
+def encode(message: Mapping[str, Any], *, version: int = PROTOCOL_VERSION) -> bytes:
+    """One frame holding ``message``."""
+    body = json.dumps(message, separators=(",", ":")).encode()
+    return HEADER.pack(MAGIC, version, len(body)) + body
+
+
+class FrameDecoder:
+    """Incremental decoder: :meth:`feed` bytes as they arrive, get whole messages back.
+
+    After it raised once, the decoder is broken: the connection must be closed.
+    """
+
+    def __init__(self, max_frame: int = 1 << 20) -> None:
+        self._buffer = bytearray()
+        self._max_frame = max_frame
+        self._broken = False
+
+    def feed(self, data: bytes) -> list[Message]:
+        """Add ``data``; return the messages now complete, in order.
+
+        Raises:
+            VersionMismatch: a header names another protocol version.
+            ProtocolError: bad magic, an oversized frame, or a body that is not a JSON object.
+        """
+        if self._broken:
+            raise ProtocolError("the connection already sent a malformed frame")
+        self._buffer += data
+        out: list[Message] = []
+        try:
+            while len(self._buffer) >= HEADER.size:
+                magic, version, length = HEADER.unpack_from(self._buffer)
+                if magic != MAGIC:
+                    raise ProtocolError(f"bad frame magic {bytes(magic)!r}: the peer does not speak astream's protocol")
+                if version != PROTOCOL_VERSION:
+                    raise VersionMismatch(version)
+                if length > self._max_frame:
+                    raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self._max_frame}")
+                end = HEADER.size + length
+                if len(self._buffer) < end:
+                    break
+                body = bytes(self._buffer[HEADER.size : end])
+                del self._buffer[:end]
+                try:
+                    message = json.loads(body)
+                except (UnicodeDecodeError, ValueError) as exc:
+                    raise ProtocolError(f"frame body is not JSON: {exc}") from None
+                if not isinstance(message, dict):
+                    raise ProtocolError(f"frame body is a {type(message).__name__}, not an object")
+                out.append(message)
+        except CoordinationError:
+            self._broken = True
+            raise
+        return out
+
+
+# -- message schemas -----------------------------------------------------------------
+
+_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS = "str", "int", "bool", "num", "parties", "int?", "strs"
+
+# op -> (fields, answer expected)
+REQUESTS: dict[str, dict[str, str]] = {
+    "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_INT, "pins": _STRS},
+    "ensure": {"key": _STR, "pin": _BOOL},
+    "pin": {"key": _STR},
+    "unpin": {"key": _STR},
+    "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
+    "begin_epoch": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
+    "set_epoch": {"epoch": _INT},
+    "get_epoch": {},
+    "inspect": {"key": _STR},
+    "inspect_barrier": {"name": _STR},
+    "stats": {},
+    "bye": {},
+}
+ONE_WAY = frozenset({"pin", "unpin", "bye"})
+
+
+def _check(value: object, kind: str) -> bool:
+    if kind == _STR:
+        return isinstance(value, str) and 0 < len(value) <= MAX_KEY and "\x00" not in value
+    if kind == _INT:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if kind == _OPT_INT:
+        return value is None or _check(value, _INT)
+    if kind == _BOOL:
+        return isinstance(value, bool)
+    if kind == _NUM:
+        return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9
+    if kind == _STRS:
+        return isinstance(value, list) and all(_check(v, _STR) for v in value)
+    if kind == _PARTIES:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return 0 < value < 1 << 20
+        return isinstance(value, list) and _check(value, _STRS) and 0 < len(value) == len(set(value))
+    raise AssertionError(kind)
+
+
+def validate_request(message: Message) -> Message:
+    """Check a decoded request against its op's schema; return it unchanged.
+
+    Raises:
+        ProtocolError: unknown op, missing or mistyped field, or a missing ``id`` on an op
+            that answers.
+    """
+    op = message.get("op")
+    fields = REQUESTS.get(op) if isinstance(op, str) else None
+    if fields is None:
+        raise ProtocolError(f"unknown op {op!r}")
+    request_id = message.get("id")
+    if request_id is None:
+        if op not in ONE_WAY:
+            raise ProtocolError(f"op {op!r} needs an integer id")
+    elif not _check(request_id, _INT):
+        raise ProtocolError(f"op {op!r}: id must be an int, got {request_id!r}")
+    for name, kind in fields.items():
+        if not _check(message.get(name), kind):
+            raise ProtocolError(f"op {op!r}: field {name!r} must be {kind}, got {message.get(name)!r}")
+    return message
+
+
+def validate_reply(message: Message) -> Message:
+    """Check a decoded answer's envelope; return it unchanged.
+
+    Raises:
+        ProtocolError: no integer ``id``, no boolean ``ok``, or a failure without an error object.
+    """
+    if not _check(message.get("id"), _INT) or not isinstance(message.get("ok"), bool):
+        raise ProtocolError(f"malformed answer {message!r:.200}")
+    if not message["ok"]:
+        error = message.get("error")
+        if not isinstance(error, dict) or not isinstance(error.get("message"), str):
+            raise ProtocolError(f"malformed error answer {message!r:.200}")
+    return message
