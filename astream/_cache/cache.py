@@ -1,0 +1,208 @@
+"""The on-disk shard cache of one node: layout, residency, pins and byte accounting.
+
+Synchronous bookkeeping only; :mod:`astream._cache.engine` moves the bytes. The
+local directory mirrors the remote: shard ``s`` of split ``train`` lives at
+``<local>/train/<s.raw_data.basename>`` (plus the compressed file with ``keep_zip``).
+
+Accounting: a ready shard counts its files on disk; a shard being installed counts
+what it will occupy once done (reserved up front, so concurrent transfers can never
+overshoot ``cache_limit``). Pinned shards are never evicted, nor are shards whose
+only copy is local (a dataset without a remote is the user's data, not a cache).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+from dataclasses import dataclass, field
+
+from astream._cache.eviction import Candidate, choose_victims
+from astream._format.index import FileInfo, Index, ShardInfo
+from astream.errors import CacheError
+
+__all__ = ["Entry", "ShardCache", "State", "shard_files"]
+
+
+class State(enum.Enum):
+    ABSENT = "absent"
+    BUSY = "busy"  # being downloaded, decompressed or verified
+    READY = "ready"
+
+
+@dataclass
+class Entry:
+    """What the cache knows about one shard."""
+
+    state: State = State.ABSENT
+    size: int = 0  # bytes accounted (on disk, or reserved while BUSY)
+    pins: int = 0
+    last_used: int = 0
+    verified: bool = False
+
+
+@dataclass(frozen=True)
+class ShardFile:
+    """One file of a shard: as read (``raw``) and as stored remotely (``zip``, or None)."""
+
+    raw: FileInfo
+    zip: FileInfo | None
+
+
+def shard_files(shard: ShardInfo) -> list[ShardFile]:
+    """The files a shard consists of (meta first for split formats, then data)."""
+    files = [ShardFile(shard.raw_data, shard.zip_data)]
+    if shard.raw_meta is not None:
+        files.insert(0, ShardFile(shard.raw_meta, shard.zip_meta))
+    return files
+
+
+@dataclass
+class ShardCache:
+    """Residency and accounting of the shards of one index in one local directory.
+
+    Args:
+        index: the dataset's index.
+        root: the local directory of this split (``local`` or ``local/split``).
+        limit: ``cache_limit`` in bytes, or None for no limit.
+        keep_zip: keep the compressed files too (they count against the limit).
+        local_only: there is no remote: the files are the user's, never evicted.
+        pinned_at_once: how many shards consumers may hold pinned at the same time;
+            the limit must fit those plus one being installed.
+    """
+
+    index: Index
+    root: str
+    limit: int | None = None
+    keep_zip: bool = False
+    local_only: bool = False
+    pinned_at_once: int = 1
+    entries: list[Entry] = field(init=False)
+    used: int = field(init=False, default=0)
+    _tick: int = field(init=False, default=0)
+
+    def __post_init__(self) -> None:
+        self.entries = [Entry() for _ in self.index.shards]
+        if self.limit is not None and not self.local_only and self.index.shards:
+            largest = max(self.footprint(i) for i in range(len(self.index.shards)))
+            needed = largest * (self.pinned_at_once + 1)
+            if self.limit < needed:
+                raise CacheError(
+                    f"cache_limit={self.limit} bytes is too small for {self.root}: the largest shard "
+                    f"takes {largest} bytes{' (with keep_zip)' if self.keep_zip else ''}, and "
+                    f"{self.pinned_at_once} shard(s) in use plus one downloading need {needed}; "
+                    "raise cache_limit or use smaller shards"
+                )
+
+    # -- layout -------------------------------------------------------------------------------
+    def path(self, info: FileInfo | str) -> str:
+        """The local path of a file of this dataset."""
+        name = info if isinstance(info, str) else info.basename
+        return os.path.join(self.root, *name.split("/"))
+
+    def raw_path(self, i: int) -> str:
+        """Where shard ``i``'s (decompressed) data file lives once ready."""
+        return self.path(self.index.shards[i].raw_data)
+
+    def footprint(self, i: int) -> int:
+        """Bytes shard ``i`` occupies on disk once installed."""
+        total = 0
+        for f in shard_files(self.index.shards[i]):
+            total += f.raw.bytes
+            if f.zip is not None and (self.keep_zip or self.local_only):
+                total += f.zip.bytes
+        return total
+
+    # -- residency ----------------------------------------------------------------------------
+    def scan(self) -> list[int]:
+        """Mark shards whose files are already on disk with the right sizes as ready.
+
+        Runs once at start (in an executor). Returns the indices found ready.
+        """
+        found = []
+        for i, shard in enumerate(self.index.shards):
+            if all(_size_is(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)):
+                entry = self.entries[i]
+                entry.state, entry.size = State.READY, self._disk_size(i)
+                self.used += entry.size
+                found.append(i)
+        return found
+
+    def _disk_size(self, i: int) -> int:
+        total = 0
+        for f in shard_files(self.index.shards[i]):
+            total += f.raw.bytes
+            if f.zip is not None and _size_is(self.path(f.zip), f.zip.bytes):
+                total += f.zip.bytes
+        return total
+
+    def touch(self, i: int) -> None:
+        self._tick += 1
+        self.entries[i].last_used = self._tick
+
+    def pin(self, i: int) -> None:
+        self.entries[i].pins += 1
+        self.touch(i)
+
+    def unpin(self, i: int) -> None:
+        entry = self.entries[i]
+        if entry.pins <= 0:
+            raise CacheError(f"shard {i} of {self.root} is not pinned; unpin() called once too often")
+        entry.pins -= 1
+        self.touch(i)
+
+    def begin(self, i: int) -> None:
+        """Shard ``i`` starts being installed: reserve its footprint."""
+        entry = self.entries[i]
+        entry.state, entry.size = State.BUSY, self.footprint(i)
+        self.used += entry.size
+
+    def done(self, i: int) -> None:
+        """Shard ``i`` is installed: account what is really on disk."""
+        entry = self.entries[i]
+        actual = self._disk_size(i) if self.local_only else self.footprint(i)
+        self.used += actual - entry.size
+        entry.state, entry.size, entry.verified = State.READY, actual, True
+
+    def forget(self, i: int) -> None:
+        """Shard ``i`` is gone (failed install, or evicted): release its bytes."""
+        entry = self.entries[i]
+        self.used -= entry.size
+        entry.state, entry.size, entry.verified = State.ABSENT, 0, False
+
+    def make_room(self, need: int) -> list[int] | None:
+        """Evict LRU unpinned shards until ``need`` more bytes fit; None if they cannot."""
+        if self.local_only:
+            return []
+        candidates = [
+            Candidate(i, e.size, e.last_used, pinned=e.pins > 0)
+            for i, e in enumerate(self.entries)
+            if e.state is State.READY
+        ]
+        victims = choose_victims(candidates, self.used, need, self.limit)
+        for i in victims or ():
+            self.delete_files(i)
+            self.forget(i)
+        return victims
+
+    def delete_files(self, i: int) -> None:
+        """Remove shard ``i``'s files from disk (raw and compressed)."""
+        for f in shard_files(self.index.shards[i]):
+            for info in (f.raw, f.zip):
+                if info is not None:
+                    try:
+                        os.unlink(self.path(info))
+                    except FileNotFoundError:
+                        pass
+                    except OSError as exc:
+                        raise CacheError(f"cannot evict {self.path(info)}: {exc}") from exc
+
+    @property
+    def pinned(self) -> list[int]:
+        return [i for i, e in enumerate(self.entries) if e.pins > 0]
+
+
+def _size_is(path: str, size: int) -> bool:
+    try:
+        return os.stat(path).st_size == size
+    except OSError:
+        return False

@@ -1,0 +1,476 @@
+"""The shard engine: brings shards into the node's cache, concurrently and safely.
+
+:class:`ShardEngine` owns the storage backends, a thread pool for hashing,
+decompression and file writes, and a :class:`ShardCache`. Shards are requested in
+two steps, so a prefetcher can keep plan order while transfers overlap:
+
+- :meth:`ShardEngine.reserve` pins a shard and, if it is not in the cache, waits for
+  room (evicting least recently used unpinned shards) and starts its installation;
+- :meth:`ShardEngine.wait_ready` waits for that installation and returns the path.
+
+:meth:`ShardEngine.ensure` does both; :meth:`ShardEngine.unpin` releases a pin (a
+shard whose last pin goes while it is still downloading is cancelled). Transfers run
+at most ``max_concurrency`` at once, fewer while the remote throttles (AIMD).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import os
+import warnings
+from collections.abc import AsyncIterator, Callable
+from concurrent.futures import Executor, ThreadPoolExecutor
+from types import TracebackType
+
+from astream._cache.cache import ShardCache, ShardFile, State, shard_files
+from astream._cache.install import CorruptFile, ShardSink, remove_stale_temporaries
+from astream._cache.stats import CacheStats
+from astream._cache.throttle import Aimd
+from astream._format.compression import get_codec
+from astream._format.hashing import check_algorithm, new_hasher
+from astream._format.index import Index
+from astream._storage.base import Storage, StorageOptions
+from astream._storage.local import local_path_of
+from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._units import parse_bytes
+from astream.errors import CacheError, ConfigError, HashMismatchError, ShardFormatError, UsageError
+
+__all__ = ["ShardEngine"]
+
+
+class _Slots:
+    """A FIFO semaphore whose limit can change while it is in use."""
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self.active = 0
+        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+
+    @contextlib.asynccontextmanager
+    async def hold(self) -> AsyncIterator[None]:
+        if self.active >= self.limit or self._waiters:
+            fut = asyncio.get_running_loop().create_future()
+            self._waiters.append(fut)
+            try:
+                await fut
+            except BaseException:
+                if fut.done() and not fut.cancelled():
+                    self._release()  # we were handed a slot just as we got cancelled
+                else:
+                    self._waiters.remove(fut)
+                raise
+        else:
+            self.active += 1
+        try:
+            yield
+        finally:
+            self._release()
+
+    def _release(self) -> None:
+        self.active -= 1
+        self.wake()
+
+    def wake(self) -> None:
+        while self._waiters and self.active < self.limit:
+            fut = self._waiters.popleft()
+            if not fut.done():
+                self.active += 1
+                fut.set_result(None)
+
+
+def _verify_files(cache: ShardCache, files: list[ShardFile], algo: str) -> str | None:
+    """Hash a ready shard's files on disk (executor); returns a problem, or None if fine."""
+    for f in files:
+        for info in (f.zip, f.raw):
+            if info is None or algo not in info.hashes:
+                continue
+            path = cache.path(info)
+            try:
+                hasher = new_hasher(algo)
+                with open(path, "rb") as fh:
+                    while chunk := fh.read(4 << 20):
+                        hasher.update(chunk)
+            except FileNotFoundError:
+                continue
+            if hasher.hexdigest() != info.hashes[algo].lower():
+                return f"{path}: {algo} digest differs from index.json"
+            break
+    return None
+
+
+class ShardEngine:
+    """Downloads, validates, decompresses and caches the shards of one dataset (or split).
+
+    Args:
+        index: the dataset's parsed index.json.
+        local: the local cache directory (the dataset itself when ``remote`` is None).
+        remote: where the shards live (path, ``file://``, ``http(s)://``, ``s3://``), or None.
+        split: a sub-directory of both ``remote`` and ``local``.
+        cache_limit: bytes (or a string like ``"10gb"``) the cache may hold, or None.
+        validate_hash: check each downloaded file with this algorithm from index.json.
+        keep_zip: keep the compressed files beside the decompressed ones.
+        max_concurrency: transfers at once (lowered while the remote throttles).
+        options: timeouts, retries and pool sizes of the backends.
+        storage: a backend to use instead of one from the registry (never closed here).
+        executor: a thread pool for file work (never shut down here); default: a private one.
+        fsync: fsync installed files before renaming them into place.
+        pinned_at_once: how many shards consumers hold at the same time (for the limit check).
+
+    Raises:
+        CacheError: ``cache_limit`` cannot hold the shards that must be on disk at once.
+        ConfigError: a bad parameter, or ``validate_hash`` names a hash index.json lacks.
+    """
+
+    def __init__(
+        self,
+        index: Index,
+        local: str,
+        remote: str | None = None,
+        split: str | None = None,
+        *,
+        cache_limit: int | str | None = None,
+        validate_hash: str | None = None,
+        keep_zip: bool = False,
+        max_concurrency: int = 8,
+        options: StorageOptions | None = None,
+        storage: Storage | None = None,
+        executor: Executor | None = None,
+        fsync: bool = True,
+        pinned_at_once: int = 1,
+    ) -> None:
+        root = os.path.join(local, split) if split else local
+        self.remote_root = join_url(remote, split) if remote is not None else None
+        local_only = self.remote_root is None or (
+            scheme_of(self.remote_root) in ("", "file")
+            and os.path.realpath(local_path_of(self.remote_root)) == os.path.realpath(root)
+        )
+        limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
+        self.validate_hash = None if validate_hash is None else check_algorithm(validate_hash, "validate_hash")
+        if self.validate_hash:
+            self._check_hashes_present(index, self.validate_hash)
+        self.index = index
+        self.cache = ShardCache(index, root, limit, keep_zip, local_only, pinned_at_once)
+        self.stats = CacheStats(concurrency=max_concurrency)
+        self._aimd = Aimd(max_concurrency)
+        self._slots = _Slots(max_concurrency)
+        self._storage = storage
+        self._pool = StoragePool(options, events=self) if storage is None else None
+        self._executor: Executor = executor or ThreadPoolExecutor(
+            max_workers=min(4, os.cpu_count() or 1) + 1, thread_name_prefix="astream-io"
+        )
+        self._owns_executor = executor is None
+        self._fsync = fsync
+        self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._change: asyncio.Event | None = None
+        self._started = False
+        self._closed = False
+
+    @staticmethod
+    def _check_hashes_present(index: Index, algo: str) -> None:
+        for shard in index.shards:
+            stored = shard.stored
+            if algo not in stored.hashes:
+                have = ", ".join(sorted(stored.hashes)) or "none"
+                raise ConfigError(
+                    f"validate_hash={algo!r} but index.json has no {algo} digest for "
+                    f"{stored.basename} (it has: {have}); pick one of those or drop validate_hash"
+                )
+
+    # -- lifecycle ----------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Remove stale temporaries and find the shards already in the cache (idempotent)."""
+        if self._closed:
+            raise UsageError("this ShardEngine is closed")
+        if self._started:
+            return
+        self._started = True
+        self._change = asyncio.Event()
+        loop = asyncio.get_running_loop()
+
+        def scan() -> list[int]:
+            if os.path.isdir(self.cache.root):
+                remove_stale_temporaries(self.cache.root)
+            return self.cache.scan()
+
+        await loop.run_in_executor(self._executor, scan)
+        self.stats.cache_bytes = self.cache.used
+
+    async def aclose(self) -> None:
+        """Cancel transfers in flight (leaving no temporaries), close backends; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        tasks = [t for t in self._tasks.values() if not t.done()]
+        for task in tasks:
+            task.cancel()
+        try:
+            if tasks:
+                await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+        finally:
+            self._tasks.clear()
+            if self._pool is not None:
+                await self._pool.aclose()
+            if self._owns_executor:
+                self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def __aenter__(self) -> ShardEngine:
+        await self.start()
+        return self
+
+    async def __aexit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+    def __del__(self) -> None:
+        if getattr(self, "_started", False) and not getattr(self, "_closed", True):
+            warnings.warn("ShardEngine was not closed; use `async with ShardEngine(...)`", ResourceWarning, stacklevel=2)
+
+    # -- TransferEvents -----------------------------------------------------------------------
+    def on_retry(self, url: str, attempt: int, cause: BaseException, throttled: bool) -> None:
+        self.stats.retries += 1
+        if throttled:
+            self.stats.throttled += 1
+            self._slots.limit = self.stats.concurrency = self._aimd.on_throttle()
+
+    def on_bytes(self, count: int) -> None:
+        self.stats.bytes_downloaded += count
+
+    # -- the shard API ------------------------------------------------------------------------
+    def path(self, i: int) -> str:
+        """The local path of shard ``i``'s data file (valid while it is ready)."""
+        return self.cache.raw_path(i)
+
+    def is_ready(self, i: int) -> bool:
+        return self.cache.entries[i].state is State.READY
+
+    def pin(self, i: int) -> None:
+        """Keep shard ``i`` from eviction (it must be ready or reserved)."""
+        self.cache.pin(i)
+
+    def unpin(self, i: int) -> None:
+        """Release one pin; a shard still downloading with no pins left is cancelled."""
+        self.cache.unpin(i)
+        entry = self.cache.entries[i]
+        if entry.pins == 0:
+            task = self._tasks.get(i)
+            if task is not None:
+                if task.done():
+                    del self._tasks[i]
+                else:
+                    task.cancel()
+        self._wake()
+
+    def _wake(self) -> None:
+        self.stats.cache_bytes = self.cache.used
+        self.stats.in_flight = self._slots.active
+        if self._change is not None:
+            self._change.set()
+
+    async def _wait_change(self) -> None:
+        assert self._change is not None
+        self._change.clear()
+        await self._change.wait()
+
+    def _running(self) -> bool:
+        return any(not t.done() for t in self._tasks.values())
+
+    async def reserve(self, i: int, *, stuck: Callable[[], bool] | None = None) -> None:
+        """Pin shard ``i`` and make sure it is ready or being installed.
+
+        Waits while the cache is full of pinned shards. Reservations are granted in the
+        order they are asked for, so a prefetcher that reserves in plan order can never
+        let a later shard take the room an earlier one needs.
+
+        Args:
+            i: the shard index.
+            stuck: called while waiting for room; if it returns True and nothing is in
+                flight, waiting could only end by a consumer releasing a pin it will
+                not release: raise instead of deadlocking.
+
+        Raises:
+            CacheError: no room can be made (see ``stuck``).
+        """
+        if not self._started or self._closed:
+            raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
+        entry = self.cache.entries[i]
+        need = self.cache.footprint(i)
+        while entry.state is State.ABSENT:
+            victims = self.cache.make_room(need)
+            if victims is not None:
+                self.stats.evictions += len(victims)
+                self.cache.begin(i)
+                self.stats.misses += 1
+                self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=False))
+                break
+            if stuck is not None and stuck() and not self._running():
+                raise CacheError(
+                    f"cache_limit={self.cache.limit} bytes is full of shards in use (pinned: "
+                    f"{self.cache.pinned}) and shard {i} needs {need} more bytes; release shards "
+                    "you are done with, or raise cache_limit"
+                )
+            await self._wait_change()
+        else:
+            if entry.state is State.READY:
+                if self.validate_hash and not entry.verified:
+                    entry.state = State.BUSY
+                    self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=True))
+                else:
+                    self.stats.hits += 1
+        self.cache.pin(i)
+        self._wake()
+
+    async def wait_ready(self, i: int) -> str:
+        """Wait until reserved shard ``i`` is installed; returns its data file's path.
+
+        Raises:
+            DownloadError, HashMismatchError, CacheError, ShardFormatError: installing failed.
+        """
+        task = self._tasks.get(i)
+        if task is not None:
+            await asyncio.shield(task)
+        elif self.cache.entries[i].state is not State.READY:
+            raise UsageError(f"shard {i} was not reserved; call reserve() first")
+        return self.cache.raw_path(i)
+
+    async def ensure(self, i: int) -> str:
+        """Reserve and wait: returns the path of shard ``i``, pinned (call :meth:`unpin` after)."""
+        await self.reserve(i)
+        try:
+            return await self.wait_ready(i)
+        except BaseException:
+            self.unpin(i)
+            raise
+
+    async def settle(self, shards: list[int]) -> None:
+        """Wait until no installation of ``shards`` is running (after unpinning cancelled them)."""
+        tasks = {t for i in shards if (t := self._tasks.get(i)) is not None and not t.done()}
+        if tasks:
+            await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+
+    @contextlib.asynccontextmanager
+    async def use(self, i: int) -> AsyncIterator[str]:
+        """``async with engine.use(i) as path:`` — shard ``i`` is pinned inside the block."""
+        path = await self.ensure(i)
+        try:
+            yield path
+        finally:
+            self.unpin(i)
+
+    # -- installation ---------------------------------------------------------------------------
+    def _backend(self, url: str) -> Storage:
+        if self._storage is not None:
+            return self._storage
+        assert self._pool is not None
+        return self._pool.get(url)
+
+    async def _install(self, i: int, verify: bool) -> None:
+        shard = self.index.shards[i]
+        files = shard_files(shard)
+        loop = asyncio.get_running_loop()
+        if verify:
+            assert self.validate_hash is not None
+            try:
+                problem = await loop.run_in_executor(
+                    self._executor, _verify_files, self.cache, files, self.validate_hash
+                )
+            except BaseException:
+                self.cache.entries[i].state = State.READY  # still there, just not verified
+                self._wake()
+                raise
+            if problem is None:
+                self.cache.entries[i].verified = True
+                self.cache.entries[i].state = State.READY
+                self._wake()
+                return
+            self.stats.hash_failures += 1
+            if self.cache.local_only:
+                self.cache.entries[i].state = State.READY
+                self._wake()
+                raise HashMismatchError(f"{problem}; the local dataset is corrupt")
+            self.cache.delete_files(i)
+            self.cache.forget(i)
+            self.cache.begin(i)
+        try:
+            fetched = False
+            for attempt in range(2):
+                try:
+                    for f in files:
+                        fetched |= await self._install_file(f, shard.compression, fresh=attempt > 0)
+                    break
+                except CorruptFile as exc:
+                    if exc.hash_mismatch:
+                        self.stats.hash_failures += 1
+                    if attempt == 1 or self.cache.local_only:
+                        cls = HashMismatchError if exc.hash_mismatch else ShardFormatError
+                        tries = "" if self.cache.local_only else " (downloaded twice)"
+                        raise cls(f"{exc}{tries}; the remote copy is corrupt or index.json is stale") from exc
+            self.cache.done(i)
+            if fetched:
+                self.stats.shards_downloaded += 1
+        except BaseException:
+            if not self.cache.local_only:
+                with contextlib.suppress(CacheError):
+                    self.cache.delete_files(i)
+            self.cache.forget(i)
+            raise
+        finally:
+            self._wake()
+
+    async def _install_file(self, f: ShardFile, compression: str | None, fresh: bool) -> bool:
+        """Bring one file of a shard into place; returns whether it came over the network."""
+        loop = asyncio.get_running_loop()
+        raw_final = self.cache.path(f.raw)
+        stat = await loop.run_in_executor(self._executor, _stat_size, raw_final)
+        if stat == f.raw.bytes and not fresh:
+            return False
+        codec = get_codec(compression) if (f.zip is not None and compression) else None
+        stored = f.zip if codec is not None and f.zip is not None else f.raw
+        algo = self.validate_hash
+        digest = stored.hashes.get(algo) if algo else None
+        local_zip = self.cache.path(f.zip) if codec is not None and f.zip is not None else None
+        keep = self.cache.keep_zip and not self.cache.local_only
+
+        def new_sink(zip_path: str | None, name: str) -> ShardSink:
+            return ShardSink(
+                raw_final, f.raw.bytes, codec=codec, zip_path=zip_path, hash_algo=algo if digest else None,
+                digest=digest, name=name, executor=self._executor, fsync=self._fsync,
+            )
+
+        if local_zip is not None and not fresh:
+            zsize = await loop.run_in_executor(self._executor, _stat_size, local_zip)
+            if zsize == stored.bytes:
+                try:
+                    await new_sink(None, local_zip).install_from(local_zip)
+                    return False
+                except CorruptFile:
+                    if self.cache.local_only:
+                        raise
+                    with contextlib.suppress(FileNotFoundError):
+                        await loop.run_in_executor(self._executor, os.unlink, local_zip)
+        if self.cache.local_only or self.remote_root is None:
+            raise CacheError(
+                f"{raw_final} is missing (or has the wrong size) and there is no remote to fetch it from"
+            )
+        url = join_url(self.remote_root, stored.basename)
+        sink = new_sink(local_zip if keep else None, url)
+        try:
+            async with self._slots.hold():
+                self._wake()
+                await self._backend(url).fetch_into(url, sink, size=stored.bytes)
+            await sink.finish()
+        except BaseException:
+            sink.abort()
+            raise
+        self._slots.limit = self.stats.concurrency = self._aimd.on_success()
+        self._slots.wake()
+        return True
+
+
+def _stat_size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1

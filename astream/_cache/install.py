@@ -1,0 +1,250 @@
+"""Turning a stream of remote bytes into a shard file in the cache, off the event loop.
+
+:class:`ShardSink` receives the stored (usually compressed) bytes of one shard file
+and, in a worker thread, hashes them, decompresses them and writes the raw file to a
+temporary name beside its final one (and the compressed file too, with ``keep_zip``).
+:meth:`ShardSink.finish` checks the digest and the raw size, fsyncs, and renames: the
+final name appears only for a complete, valid file. Anything else removes the
+temporaries (:meth:`~astream._storage.sink.BufferedSink.abort`).
+
+Temporary names carry the writer's pid (``<final>.<pid>.<hex>.tmp``), so a later run
+can tell the leftovers of a crashed process (:func:`remove_stale_temporaries`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Iterator
+from concurrent.futures import Executor
+from typing import BinaryIO
+
+from astream._format.compression import Codec, StreamDecoder
+from astream._format.hashing import Hasher, new_hasher
+from astream._storage.sink import BufferedSink, fsync_dir
+from astream.errors import CacheError, CompressionError
+
+__all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name"]
+
+_TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
+
+
+class CorruptFile(Exception):
+    """The bytes received do not match index.json (digest, size, or compression)."""
+
+    def __init__(self, message: str, *, hash_mismatch: bool = False) -> None:
+        super().__init__(message)
+        self.hash_mismatch = hash_mismatch
+
+
+def temp_name(final: str) -> str:
+    """A temporary path beside ``final`` that names this process."""
+    return f"{final}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+
+def _pid_alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
+    """Delete ``*.<pid>.<hex>.tmp`` files under ``root`` whose process is gone.
+
+    Returns:
+        The paths removed.
+    """
+    removed: list[str] = []
+
+    def walk(folder: str, depth: int) -> Iterator[os.DirEntry[str]]:
+        with contextlib.suppress(OSError), os.scandir(folder) as it:
+            for entry in it:
+                if entry.is_dir(follow_symlinks=False) and depth < max_depth:
+                    yield from walk(entry.path, depth + 1)
+                elif entry.is_file(follow_symlinks=False):
+                    yield entry
+
+    for entry in walk(root, 1):
+        match = _TEMP.search(entry.name)
+        if match and not _pid_alive(int(match.group(1))):
+            with contextlib.suppress(OSError):
+                os.unlink(entry.path)
+                removed.append(entry.path)
+    return removed
+
+
+class ShardSink(BufferedSink):
+    """Hash + decompress + write one shard file as its bytes arrive.
+
+    Args:
+        raw_path: the final path of the decompressed file.
+        raw_size: its size according to index.json.
+        codec: the codec of the stored bytes, or None if they are stored raw.
+        zip_path: also keep the stored bytes at this path (``keep_zip``), or None.
+        hash_algo: validate the stored bytes with this algorithm, or None.
+        digest: the expected hex digest for ``hash_algo``.
+        name: the URL or path, for messages.
+        executor: where the work runs.
+        fsync: fsync files before renaming them.
+    """
+
+    def __init__(
+        self,
+        raw_path: str,
+        raw_size: int,
+        *,
+        codec: Codec | None = None,
+        zip_path: str | None = None,
+        hash_algo: str | None = None,
+        digest: str | None = None,
+        name: str = "",
+        executor: Executor | None = None,
+        fsync: bool = True,
+    ) -> None:
+        super().__init__(executor)
+        self.raw_path = raw_path
+        self.raw_size = raw_size
+        self.codec = codec
+        self.zip_path = zip_path if codec is not None else None
+        self.hash_algo = hash_algo
+        self.digest = digest
+        self.name = name or raw_path
+        self._fsync = fsync
+        self.raw_tmp = temp_name(raw_path)
+        self.zip_tmp = temp_name(self.zip_path) if self.zip_path else None
+        self._raw_fh: BinaryIO | None = None
+        self._zip_fh: BinaryIO | None = None
+        self._fresh()
+
+    def _fresh(self) -> None:
+        self._hasher: Hasher | None = new_hasher(self.hash_algo) if self.hash_algo else None
+        self._decoder: StreamDecoder | None = self.codec.stream_decoder() if self.codec else None
+        self._written = 0
+
+    def _files(self) -> tuple[BinaryIO, BinaryIO | None]:
+        try:
+            if self._raw_fh is None:
+                os.makedirs(os.path.dirname(self.raw_tmp) or ".", exist_ok=True)
+                self._raw_fh = open(self.raw_tmp, "wb")  # noqa: SIM115 - closed in _close_files
+            if self.zip_tmp and self._zip_fh is None:
+                self._zip_fh = open(self.zip_tmp, "wb")  # noqa: SIM115
+        except OSError as exc:
+            raise self._disk_error(exc) from exc
+        return self._raw_fh, self._zip_fh
+
+    def _disk_error(self, exc: OSError) -> CacheError:
+        hint = " (disk full: free space or lower cache_limit)" if exc.errno == 28 else ""
+        return CacheError(f"cannot write {self.raw_path}: {exc.strerror or exc}{hint}")
+
+    def _emit(self, data: bytes, raw: BinaryIO) -> None:
+        self._written += len(data)
+        if self._written > self.raw_size:
+            raise CorruptFile(f"{self.name}: decodes to more than the {self.raw_size} bytes index.json records")
+        raw.write(data)
+
+    def _consume(self, chunks: list[bytes]) -> None:
+        raw, zipped = self._files()
+        try:
+            for chunk in chunks:
+                if self._hasher is not None:
+                    self._hasher.update(chunk)
+                if zipped is not None:
+                    zipped.write(chunk)
+                if self._decoder is None:
+                    self._emit(chunk, raw)
+                else:
+                    try:
+                        out = self._decoder.decode(chunk)
+                    except CompressionError as exc:
+                        raise CorruptFile(f"{self.name}: {exc}") from exc
+                    if out:
+                        self._emit(out, raw)
+        except OSError as exc:
+            raise self._disk_error(exc) from exc
+
+    def _reset(self) -> None:
+        raw, zipped = self._files()
+        for fh in (raw, zipped):
+            if fh is not None:
+                fh.seek(0)
+                fh.truncate()
+        self._fresh()
+
+    def _close_files(self) -> None:
+        for fh in (self._raw_fh, self._zip_fh):
+            if fh is not None:
+                with contextlib.suppress(OSError):
+                    fh.close()
+        self._raw_fh = self._zip_fh = None
+
+    def _remove_files(self) -> None:
+        for path in (self.raw_tmp, self.zip_tmp):
+            if path:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(path)
+
+    def _finish(self) -> None:
+        raw, zipped = self._files()
+        if self._decoder is not None:
+            try:
+                tail = self._decoder.flush()
+            except CompressionError as exc:
+                raise CorruptFile(f"{self.name}: {exc}") from exc
+            if tail:
+                self._emit(tail, raw)
+        if self._hasher is not None and self.digest is not None:
+            got = self._hasher.hexdigest()
+            if got != self.digest.lower():
+                raise CorruptFile(
+                    f"{self.name}: {self.hash_algo} digest is {got}, index.json says {self.digest}",
+                    hash_mismatch=True,
+                )
+        if self._written != self.raw_size:
+            raise CorruptFile(f"{self.name}: decodes to {self._written} bytes, index.json says {self.raw_size}")
+        try:
+            for fh, tmp, final in ((zipped, self.zip_tmp, self.zip_path), (raw, self.raw_tmp, self.raw_path)):
+                if fh is None or tmp is None or final is None:
+                    continue
+                fh.flush()
+                if self._fsync:
+                    os.fsync(fh.fileno())
+                fh.close()
+                os.replace(tmp, final)
+            self._raw_fh = self._zip_fh = None
+            if self._fsync:
+                fsync_dir(os.path.dirname(self.raw_path) or ".")
+        except OSError as exc:
+            raise self._disk_error(exc) from exc
+
+    def _feed_file(self, source: str, chunk_size: int = 4 << 20) -> None:
+        with open(source, "rb") as fh:
+            while chunk := fh.read(chunk_size):
+                self._consume([chunk])
+        self._finish()
+
+    async def install_from(self, source: str) -> None:
+        """Run the whole pipeline on the local file ``source`` (no network), then rename into place.
+
+        Used when the stored file is already on disk (``keep_zip`` from an earlier run,
+        or a local-only dataset stored compressed).
+        """
+        try:
+            await self.run(self._feed_file, source)
+        except BaseException:
+            self.abort()
+            raise
+
+    async def finish(self) -> None:
+        """Check digest and size, fsync and rename into place; on any failure leave nothing."""
+        try:
+            await self.run(self._finish)
+        except BaseException:
+            self.abort()
+            raise

@@ -1,0 +1,44 @@
+"""Additive-increase / multiplicative-decrease control of how many transfers run at once.
+
+A throttled response (HTTP 429/503, S3 SlowDown) halves the limit; every
+``limit`` successful transfers raise it by one, up to the configured maximum. A
+throttled bucket thus slows astream down instead of failing it. Pure: no clock, no I/O.
+"""
+
+from __future__ import annotations
+
+from astream.errors import ConfigError
+
+__all__ = ["Aimd"]
+
+
+class Aimd:
+    """The current concurrency limit, between ``minimum`` and ``maximum``."""
+
+    def __init__(self, maximum: int, minimum: int = 1, decrease: float = 0.5) -> None:
+        if isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 1:
+            raise ConfigError(f"max_concurrency must be a positive integer, got {maximum!r}")
+        if not 1 <= minimum <= maximum:
+            raise ConfigError(f"minimum concurrency must be in 1..{maximum}, got {minimum!r}")
+        if not 0.0 < decrease < 1.0:
+            raise ConfigError(f"decrease must be a fraction in (0, 1), got {decrease!r}")
+        self.maximum = maximum
+        self.minimum = minimum
+        self.decrease = decrease
+        self.limit = maximum
+        self._credit = 0
+
+    def on_success(self) -> int:
+        """A transfer succeeded: add one to the limit after ``limit`` successes."""
+        if self.limit < self.maximum:
+            self._credit += 1
+            if self._credit >= self.limit:
+                self._credit = 0
+                self.limit += 1
+        return self.limit
+
+    def on_throttle(self) -> int:
+        """The remote asked us to slow down: cut the limit."""
+        self.limit = max(self.minimum, int(self.limit * self.decrease))
+        self._credit = 0
+        return self.limit
