@@ -31,7 +31,7 @@ def shuffle_py1s(
     ids = segment_arange(spans.begins, spans.ends)
     sizes = spans.sizes
     offsets = np.cumsum(sizes) - sizes
-    for offset, size in zip(offsets.tolist(), sizes.tolist()):
+    for offset, size in zip(offsets.tolist(), sizes.tolist(), strict=True):
         if size > 1:  # a shuffle of fewer than two items draws nothing
             rng.shuffle(ids[offset : offset + size])
     return ids

@@ -31,7 +31,7 @@ def shuffle_py2s(
     buffer = segment_arange(begins[order], ends[order])
     sizes = (ends - begins)[order]
     starts = np.cumsum(sizes) - sizes
-    for start, size in zip(starts.tolist(), sizes.tolist()):
+    for start, size in zip(starts.tolist(), sizes.tolist(), strict=True):
         if size > 1:
             fixed_rng.shuffle(buffer[start : start + size])
     pieces = divide_spans(starts, starts + sizes, num_samples, num_canonical_nodes)
@@ -44,7 +44,7 @@ def shuffle_py2s(
         perm = np.arange(lo, hi, dtype=np.int64)
         if hi - lo > 1:
             epoch_rng.shuffle(perm)
-        for begin, end in zip(pieces.begins[perm].tolist(), pieces.ends[perm].tolist()):
+        for begin, end in zip(pieces.begins[perm].tolist(), pieces.ends[perm].tolist(), strict=True):
             piece = buffer[begin:end]
             if end - begin > 1:
                 epoch_rng.shuffle(piece)

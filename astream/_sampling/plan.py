@@ -1,0 +1,334 @@
+"""``EpochPlan``: which sample ids every worker of every rank yields in one epoch.
+
+Given the streams' shard sizes and weights, the sampling knobs, the world shape, the
+epoch and the resumption offset, an :class:`EpochPlan` resolves MosaicML's defaults and
+computes MosaicML's ``generate_work`` tensor, either whole (:meth:`EpochPlan.work`) or for
+one worker (:meth:`EpochPlan.worker_ids`), which for ``random`` batching costs the
+epoch's shuffle plus O(that worker's share) instead of several O(epoch) tensors.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from functools import cached_property
+from typing import Any
+
+import numpy as np
+from numpy.typing import NDArray
+
+from astream._sampling import defaults
+from astream._sampling.batching import (
+    MergeContext,
+    merge_device_per_stream,
+    merge_per_stream,
+    merge_stratified,
+)
+from astream._sampling.partition import Partition, make_partition
+from astream._sampling.shuffle import get_shuffle
+from astream._sampling.streams import (
+    Resampled,
+    StreamSpec,
+    StreamWeights,
+    apply_weights,
+    map_ids,
+    resample,
+)
+from astream._sampling.validation import check_choice, check_int, check_optional_int
+from astream._units import parse_count
+from astream.errors import ConfigError
+
+__all__ = ["EpochPlan", "plan_epoch", "stream_spec"]
+
+Int64Array = NDArray[np.int64]
+_STREAM_KEYS = {"shard_sizes", "proportion", "repeat", "choose"}
+
+
+def stream_spec(stream: StreamSpec | Mapping[str, Any]) -> StreamSpec:
+    """Accept a :class:`StreamSpec` or a mapping with ``shard_sizes`` and optional weights.
+
+    Raises:
+        ConfigError: unknown keys, missing or negative shard sizes, or conflicting weights.
+    """
+    if isinstance(stream, StreamSpec):
+        return stream
+    unknown = set(stream) - _STREAM_KEYS
+    if unknown or "shard_sizes" not in stream:
+        raise ConfigError(
+            f"a stream is a mapping with 'shard_sizes' and optional 'proportion', 'repeat', "
+            f"'choose'; got keys {sorted(stream)}"
+        )
+    sizes = np.asarray(stream["shard_sizes"], dtype=np.int64).reshape(-1)
+    if (sizes < 0).any():
+        raise ConfigError("shard_sizes must not be negative")
+    return StreamSpec(sizes, stream.get("proportion"), stream.get("repeat"), stream.get("choose"))
+
+
+class EpochPlan:
+    """The sample order of one epoch for a whole world, identical to MosaicML Streaming's.
+
+    Args:
+        streams: each stream's shard sizes and optional ``proportion``/``repeat``/``choose``.
+        shuffle: whether to shuffle.
+        shuffle_algo: ``naive``, ``py1b``, ``py1br``, ``py1e``, ``py1s`` or ``py2s``.
+        shuffle_seed: run-wide seed (>= 0).
+        num_canonical_nodes: ``None`` (or 0) for MosaicML's default (spec 4.6).
+        shuffle_block_size: ``None`` for ``max(4_000_000 // ncn, 1 << 18)``.
+        partition_algo: ``orig`` or ``relaxed``.
+        batch_size: per-device batch size (required, as MosaicML requires it to iterate).
+        num_physical_nodes: nodes P.
+        ranks_per_node: ranks per node R.
+        workers_per_rank: loader workers per rank W (1 for direct iteration).
+        epoch: the epoch (>= 0).
+        sample_in_epoch: samples the whole world already consumed (resumption).
+        initial_physical_nodes: node count of the first run (from the resumption state).
+        epoch_size: samples per epoch (an int or ``"64M"``); only with relative weights.
+        sampling_method: ``balanced`` or ``fixed``.
+        sampling_granularity: samples per pick when a shard is partly drawn.
+        batching_method: ``random``, ``stratified``, ``per_stream`` or ``device_per_stream``.
+
+    Raises:
+        ConfigError: any parameter MosaicML would reject (before any work is done).
+    """
+
+    def __init__(
+        self,
+        streams: Sequence[StreamSpec | Mapping[str, Any]],
+        *,
+        shuffle: bool = False,
+        shuffle_algo: str = defaults.DEFAULT_SHUFFLE_ALGO,
+        shuffle_seed: int = defaults.DEFAULT_SHUFFLE_SEED,
+        num_canonical_nodes: int | None = None,
+        shuffle_block_size: int | None = None,
+        partition_algo: str = defaults.DEFAULT_PARTITION_ALGO,
+        batch_size: int,
+        num_physical_nodes: int = 1,
+        ranks_per_node: int = 1,
+        workers_per_rank: int = 1,
+        epoch: int = 0,
+        sample_in_epoch: int = 0,
+        initial_physical_nodes: int | None = None,
+        epoch_size: int | str | None = None,
+        sampling_method: str = defaults.DEFAULT_SAMPLING_METHOD,
+        sampling_granularity: int = defaults.DEFAULT_SAMPLING_GRANULARITY,
+        batching_method: str = defaults.DEFAULT_BATCHING_METHOD,
+    ) -> None:
+        self.shuffle = bool(shuffle)
+        self.shuffle_algo = check_choice("shuffle_algo", shuffle_algo, defaults.SHUFFLE_ALGOS)
+        self.shuffle_seed = check_int("shuffle_seed", shuffle_seed, 0)
+        self.partition_algo = check_choice("partition_algo", partition_algo, defaults.PARTITION_ALGOS)
+        self.batch_size = check_int("batch_size", batch_size, 1)
+        self.num_physical_nodes = check_int("num_physical_nodes", num_physical_nodes, 1)
+        self.ranks_per_node = check_int("ranks_per_node", ranks_per_node, 1)
+        self.workers_per_rank = check_int("workers_per_rank", workers_per_rank, 1)
+        self.epoch = check_int("epoch", epoch, 0)
+        self.sample_in_epoch = check_int("sample_in_epoch", sample_in_epoch, 0)
+        self.initial_physical_nodes = check_optional_int("initial_physical_nodes", initial_physical_nodes, 1)
+        self.sampling_method = check_choice("sampling_method", sampling_method, defaults.SAMPLING_METHODS)
+        self.sampling_granularity = check_int("sampling_granularity", sampling_granularity, 1)
+        self.batching_method = check_choice("batching_method", batching_method, defaults.BATCHING_METHODS)
+        ncn = check_optional_int("num_canonical_nodes", num_canonical_nodes, 0)
+        self.num_canonical_nodes = defaults.resolve_num_canonical_nodes(
+            ncn, self.shuffle_algo, self.num_physical_nodes
+        )
+        block = check_optional_int("shuffle_block_size", shuffle_block_size, 1)
+        self.shuffle_block_size = defaults.resolve_shuffle_block_size(block, self.num_canonical_nodes)
+        if self.shuffle and self.shuffle_algo == "py1br" and int(0.75 * self.shuffle_block_size) < 1:
+            raise ConfigError(f"shuffle_block_size must be >= 2 for py1br, got {self.shuffle_block_size}")
+        given_size = None if epoch_size is None else parse_count(epoch_size, "epoch_size")
+        self.streams = [stream_spec(s) for s in streams]
+        self.weights: StreamWeights = apply_weights(self.streams, given_size, self.shuffle_seed)
+        sizes = [s.num_samples for s in self.streams]
+        self.stream_offsets: list[int] = [0, *np.cumsum(sizes).tolist()][:-1]
+        self.num_samples = int(sum(sizes))
+        # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
+        self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
+        if self.batching_method == "random":
+            self.partition  # validate the world against the canonical nodes now  # noqa: B018
+
+    # --- resolved values -------------------------------------------------------------------
+
+    @property
+    def epoch_size(self) -> int:
+        """Samples drawn per epoch, summed over streams."""
+        return self.weights.epoch_size
+
+    @property
+    def num_ranks(self) -> int:
+        """Ranks in the (parallel) world."""
+        return self.num_physical_nodes * self.ranks_per_node
+
+    @property
+    def rank_len(self) -> int:
+        """``len(dataset)`` on each rank: ``ceil(epoch_size / num_ranks)`` (padding aside)."""
+        return math.ceil(self.epoch_size / self.num_ranks)
+
+    @property
+    def shape(self) -> tuple[int, int, int, int, int]:
+        """``(nodes, ranks per node, workers per rank, batches per worker, batch size)``."""
+        if self.batching_method == "random":
+            return self.partition.shape
+        nodes, ranks, workers, batches, size = self._merged.shape
+        return nodes, ranks, workers, batches, size
+
+    # --- the random batching path -------------------------------------------------------------
+
+    @cached_property
+    def resampled(self) -> Resampled:
+        """All streams resampled together (one generator for their partial repeats)."""
+        return self._resample(range(len(self.streams)))
+
+    @cached_property
+    def partition(self) -> Partition:
+        """The lazy partition of the epoch's positions over the world."""
+        return make_partition(
+            self.partition_algo, self.epoch_size, self.num_canonical_nodes, self.num_physical_nodes,
+            self.ranks_per_node, self.workers_per_rank, self.batch_size, self.sample_in_epoch,
+            self.initial_physical_nodes,
+        )
+
+    @cached_property
+    def shuffle_ids(self) -> Int64Array | None:
+        """The epoch's shuffle of positions (``None`` without shuffling); computed once."""
+        if not self.shuffle:
+            return None
+        return get_shuffle(self.shuffle_algo, self.resampled.units, self.num_canonical_nodes,
+                           self.shuffle_seed, self.epoch, self.shuffle_block_size)
+
+    def _to_ids(self, positions: Int64Array, resampled: Resampled, shuffle: Int64Array | None) -> Int64Array:
+        """Map partition positions to global sample ids in place (``-1`` kept)."""
+        if shuffle is not None:
+            map_ids(shuffle, positions)
+        return resampled.to_small(positions)
+
+    # --- public queries -------------------------------------------------------------------------
+
+    def work(self) -> Int64Array:
+        """The whole epoch tensor, as MosaicML's ``generate_work`` returns it (a fresh array)."""
+        if self.batching_method != "random":
+            return np.array(self._merged, np.int64)
+        return self._to_ids(self.partition.array(), self.resampled, self.shuffle_ids)
+
+    def worker_ids(self, node: int, local_rank: int, worker: int) -> Int64Array:
+        """One worker's sample ids in order, ``-1`` for padding (``work[node, rank, worker]``).
+
+        Raises:
+            ConfigError: coordinates outside the world.
+        """
+        for name, value, bound in (
+            ("node", node, self.num_physical_nodes),
+            ("local_rank", local_rank, self.ranks_per_node),
+            ("worker", worker, self.workers_per_rank),
+        ):
+            if not 0 <= value < bound:
+                raise ConfigError(f"{name}={value} is outside the world (0 <= {name} < {bound})")
+        if self.batching_method != "random":
+            return np.array(self._merged[node, local_rank, worker].reshape(-1), np.int64)
+        positions = self.partition.worker(node, local_rank, worker)
+        return self._to_ids(positions, self.resampled, self.shuffle_ids)
+
+    def rank_order(self, node: int, local_rank: int) -> Int64Array:
+        """The sample ids a rank's loader returns, in order, padding dropped.
+
+        Each worker yields its ids without ``-1``, cut into batches of ``batch_size``; the
+        loader takes one batch from each worker in turn, skipping exhausted workers (the
+        torch DataLoader's round-robin that MosaicML's resumption arithmetic assumes).
+        """
+        per_worker = [self.worker_ids(node, local_rank, w) for w in range(self.workers_per_rank)]
+        batches = []
+        for ids in per_worker:
+            kept = ids[ids >= 0]
+            batches.append([kept[i : i + self.batch_size] for i in range(0, len(kept), self.batch_size)])
+        longest = max(len(b) for b in batches)
+        order = [b[i] for i in range(longest) for b in batches if i < len(b)]
+        return np.concatenate(order) if order else np.zeros(0, np.int64)
+
+    # --- the merged batching methods --------------------------------------------------------------
+
+    def _resample(self, stream_ids: Sequence[int]) -> Resampled:
+        return resample(
+            [self.streams[i].shard_sizes for i in stream_ids],
+            [self.stream_offsets[i] for i in stream_ids],
+            [int(self.weights.choose[i]) for i in stream_ids],
+            seed=self.shuffle_seed, epoch=self.epoch, granularity=self.sampling_granularity,
+            balanced=self.sampling_method == "balanced", epoch_seed_change=self.epoch_seed_change,
+        )
+
+    def _stream_work(self, stream: int, nodes: int, batch: int) -> Int64Array:
+        """One stream alone: resampled, partitioned with ``drop_first=0``, shuffled, mapped."""
+        resampled = self._resample([stream])
+        partition = make_partition(
+            self.partition_algo, resampled.size, self.num_canonical_nodes, nodes,
+            self.ranks_per_node, self.workers_per_rank, batch, 0, self.initial_physical_nodes,
+        )
+        shuffle = None
+        if self.shuffle:
+            # The block scales with the stream's share so the overall block stays as set.
+            block = int(self.shuffle_block_size * float(self.weights.proportion[stream]))
+            if block == 0 and self.batching_method == "device_per_stream":
+                raise ConfigError(
+                    f"stream {stream}'s shuffle block (shuffle_block_size={self.shuffle_block_size} x "
+                    f"proportion {float(self.weights.proportion[stream]):.6g}) is 0; raise one of them"
+                )
+            shuffle = get_shuffle(self.shuffle_algo, resampled.units, self.num_canonical_nodes,
+                                  self.shuffle_seed, self.epoch, block)
+        return self._to_ids(partition.array(), resampled, shuffle)
+
+    @cached_property
+    def _merged(self) -> Int64Array:
+        ctx = MergeContext(
+            num_streams=len(self.streams),
+            proportions=[float(p) for p in self.weights.proportion],
+            nodes=self.num_physical_nodes, ranks=self.ranks_per_node, workers=self.workers_per_rank,
+            batch=self.batch_size, num_canonical_nodes=self.num_canonical_nodes,
+            sample_in_epoch=self.sample_in_epoch,
+            label_seed=self.shuffle_seed + self.epoch if self.epoch_seed_change else self.shuffle_seed,
+        )
+        merge = {
+            "per_stream": merge_per_stream,
+            "stratified": merge_stratified,
+            "device_per_stream": merge_device_per_stream,
+        }[self.batching_method]
+        return merge(self._stream_work, ctx)
+
+
+def plan_epoch(
+    streams: Sequence[StreamSpec | Mapping[str, Any]],
+    shuffle: bool = False,
+    shuffle_algo: str = defaults.DEFAULT_SHUFFLE_ALGO,
+    shuffle_seed: int = defaults.DEFAULT_SHUFFLE_SEED,
+    num_canonical_nodes: int | None = None,
+    shuffle_block_size: int | None = None,
+    partition_algo: str = defaults.DEFAULT_PARTITION_ALGO,
+    batch_size: int | None = None,
+    num_physical_nodes: int = 1,
+    ranks_per_node: int = 1,
+    workers_per_rank: int = 1,
+    epoch: int = 0,
+    sample_in_epoch: int = 0,
+    initial_physical_nodes: int | None = None,
+    epoch_size: int | str | None = None,
+    sampling_method: str = defaults.DEFAULT_SAMPLING_METHOD,
+    sampling_granularity: int = defaults.DEFAULT_SAMPLING_GRANULARITY,
+    batching_method: str = defaults.DEFAULT_BATCHING_METHOD,
+) -> Int64Array:
+    """Return the epoch tensor MosaicML's ``generate_work`` builds for these settings.
+
+    Parameters are :class:`EpochPlan`'s. The result is an int64 array of shape
+    ``(nodes, ranks per node, workers per rank, batches per worker, batch_size)`` holding
+    global sample ids (streams' samples concatenated in order), ``-1`` for padding.
+
+    Raises:
+        ConfigError: a parameter MosaicML would reject, or ``batch_size`` missing.
+    """
+    if batch_size is None:
+        raise ConfigError("batch_size is required to plan an epoch (the per-device batch size)")
+    return EpochPlan(
+        streams, shuffle=shuffle, shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed,
+        num_canonical_nodes=num_canonical_nodes, shuffle_block_size=shuffle_block_size,
+        partition_algo=partition_algo, batch_size=batch_size, num_physical_nodes=num_physical_nodes,
+        ranks_per_node=ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
+        sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
+        epoch_size=epoch_size, sampling_method=sampling_method,
+        sampling_granularity=sampling_granularity, batching_method=batching_method,
+    ).work()

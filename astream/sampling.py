@@ -1,0 +1,49 @@
+"""Sample order: shuffles, partitions, stream mixing and epoch plans (pure NumPy).
+
+Same functions and parameters as MosaicML Streaming, bit-exact with its 0.13 release::
+
+    from astream.sampling import get_shuffle, get_partitions, plan_epoch, EpochPlan
+
+``plan_epoch`` returns the whole ``(nodes, ranks, workers, batches, batch_size)`` tensor;
+``EpochPlan`` also gives one worker's sequence, the resolved defaults and ``len`` per rank.
+"""
+
+from __future__ import annotations
+
+from astream._sampling.defaults import (
+    BATCHING_METHODS,
+    PARTITION_ALGOS,
+    SAMPLING_METHODS,
+    SHUFFLE_ALGOS,
+    resolve_num_canonical_nodes,
+    resolve_predownload,
+    resolve_shuffle_block_size,
+)
+from astream._sampling.partition import get_partitions
+from astream._sampling.plan import EpochPlan, plan_epoch
+from astream._sampling.shuffle import get_shuffle
+from astream._sampling.streams import StreamSpec, StreamWeights
+from astream._sampling.warnings import SamplingWarning
+
+__all__ = [
+    "BATCHING_METHODS",
+    "PARTITION_ALGOS",
+    "SAMPLING_METHODS",
+    "SHUFFLE_ALGOS",
+    "EpochPlan",
+    "SamplingWarning",
+    "StreamSpec",
+    "StreamWeights",
+    "get_partitions",
+    "get_shuffle",
+    "plan_epoch",
+    "resolve_num_canonical_nodes",
+    "resolve_predownload",
+    "resolve_shuffle_block_size",
+]
+
+for _name in __all__:
+    _obj = globals()[_name]
+    if hasattr(_obj, "__module__") and callable(_obj):
+        _obj.__module__ = __name__
+del _name, _obj
