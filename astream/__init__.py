@@ -8,12 +8,16 @@ from __future__ import annotations
 import contextlib
 
 from astream import errors
+from astream._format.local import LocalDataset
+from astream._format.writer import MDSWriter
 from astream.errors import AstreamError
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AstreamError",
+    "LocalDataset",
+    "MDSWriter",
     "__version__",
     "errors",
 ]
@@ -24,3 +28,6 @@ def _adopt(*objects: object) -> None:
     for obj in objects:
         with contextlib.suppress(AttributeError, TypeError):
             obj.__module__ = "astream"
+
+
+_adopt(LocalDataset, MDSWriter)

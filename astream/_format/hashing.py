@@ -8,6 +8,7 @@ The names are hashlib's (``md5``, ``sha1``, ``sha224`` ... ``sha512``, ``sha3_*`
 from __future__ import annotations
 
 import hashlib
+import mmap
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -21,7 +22,7 @@ __all__ = ["HASH_ALGORITHMS", "Hasher", "check_algorithm", "hash_bytes", "new_ha
 class Hasher(Protocol):
     """What both hashlib and xxhash objects offer."""
 
-    def update(self, data: bytes, /) -> None: ...
+    def update(self, data: bytes | bytearray | memoryview | mmap.mmap, /) -> None: ...
 
     def hexdigest(self) -> str: ...
 
@@ -56,8 +57,11 @@ def new_hasher(algo: str) -> Hasher:
     return hasher
 
 
-def hash_bytes(algo: str, data: bytes | memoryview) -> str:
-    """Hex digest of ``data`` with ``algo``."""
+def hash_bytes(algo: str, data: bytes | bytearray | memoryview | mmap.mmap) -> str:
+    """Hex digest of ``data`` with ``algo``.
+
+    Any buffer works, and is hashed in place: an mmap of a 64 MB shard is not copied.
+    """
     hasher = new_hasher(algo)
-    hasher.update(bytes(data) if isinstance(data, memoryview) else data)
+    hasher.update(data)
     return hasher.hexdigest()

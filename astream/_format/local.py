@@ -1,0 +1,288 @@
+"""``LocalDataset``: a read-only, random-access view of an MDS dataset on local disk.
+
+Shards are opened on first use: an uncompressed shard is mapped with ``mmap`` (the page
+cache is the buffer, nothing is copied); a compressed one is read, checked and
+decompressed once into memory. In memory rather than into a file beside it, because
+a dataset directory is often read-only (a mounted bucket, a shared cache, the test
+fixtures) and a local view should never write into it.
+"""
+
+from __future__ import annotations
+
+import bisect
+import mmap
+import operator
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from astream._format.compression import get_codec
+from astream._format.hashing import check_algorithm, hash_bytes
+from astream._format.index import INDEX_NAME, Index, ShardInfo
+from astream._format.record import RecordLayout
+from astream._format.shard import ShardReader, out_of_range
+from astream.errors import (
+    CompressionError,
+    ConfigError,
+    HashMismatchError,
+    IndexFormatError,
+    ShardFormatError,
+)
+
+__all__ = ["LocalDataset"]
+
+# Each mmap holds a file descriptor, and each decompressed shard its raw bytes: keep
+# the most recently used ones open within these bounds.
+_MAX_OPEN_SHARDS = 256
+_MAX_DECOMPRESSED_BYTES = 1 << 30
+
+
+class LocalDataset:
+    """An MDS dataset (or one split of it) in a local directory.
+
+    Args:
+        local: the dataset directory (the one holding index.json, or its splits).
+        split: a sub-directory of ``local`` holding the split's index.json, or None.
+        allow_unsafe_types: allow ``pkl`` columns, whose decoding can run arbitrary code.
+        validate_hash: a hash algorithm (``"xxh64"``, ``"sha1"``...): check each shard file
+            against index.json before its first use.
+
+    Raises:
+        IndexFormatError: index.json is missing or malformed, or shards disagree on columns.
+        EncodingError: a column has an unknown encoding.
+        CompressionError: a shard has an unknown compression.
+        UnsafeTypeError: a column is ``pkl`` and ``allow_unsafe_types`` is False.
+        ConfigError: ``validate_hash`` is unknown or missing from index.json.
+    """
+
+    def __init__(
+        self,
+        local: str | os.PathLike[str],
+        split: str | None = None,
+        allow_unsafe_types: bool = False,
+        validate_hash: str | None = None,
+    ) -> None:
+        self.root = os.path.join(os.fspath(local), split) if split else os.fspath(local)
+        self.index = Index.load(os.path.join(self.root, INDEX_NAME))
+        self.allow_unsafe_types = allow_unsafe_types
+        self.validate_hash = None if validate_hash is None else check_algorithm(validate_hash, "validate_hash")
+        self._layouts: list[RecordLayout] = []
+        for info in self.index.shards:
+            self._layouts.append(self._check_shard(info))
+        self._starts = [0]
+        for info in self.index.shards:
+            self._starts.append(self._starts[-1] + info.samples)
+        self._starts_np = np.asarray(self._starts, np.int64)
+        self._open: OrderedDict[int, tuple[ShardReader, int]] = OrderedDict()
+        self._decompressed_bytes = 0
+        self._lock = threading.Lock()
+
+    def _check_shard(self, info: ShardInfo) -> RecordLayout:
+        source = self.index.source
+        if info.format != "mds":
+            raise IndexFormatError(
+                f"{source}: shard {info.index} has format {info.format!r}; LocalDataset reads 'mds' shards only"
+            )
+        if info.compression is not None:
+            try:
+                get_codec(info.compression)
+            except CompressionError as exc:
+                raise CompressionError(f"{source}: shard {info.index} ({info.stored.basename}): {exc}") from None
+        layout = RecordLayout.from_shard(info, source, self.allow_unsafe_types)
+        if info.index and not layout.same_columns(self._layouts[0]):
+            raise IndexFormatError(
+                f"{source}: shard {info.index} has columns {dict(zip(layout.names, layout.specs, strict=True))}, shard 0 has "
+                f"{dict(zip(self._layouts[0].names, self._layouts[0].specs, strict=True))}; one dataset must have one set of columns"
+            )
+        algo = self.validate_hash
+        if algo is not None and algo not in info.stored.hashes:
+            raise ConfigError(
+                f"validate_hash={algo!r}, but {source} records only {sorted(info.stored.hashes) or 'no hashes'} "
+                f"for {info.stored.basename}; pick one of those or validate_hash=None"
+            )
+        return layout
+
+    # --- shape ------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return self._starts[-1]
+
+    @property
+    def size(self) -> int:
+        """The number of samples (as ``StreamingDataset.size``)."""
+        return self._starts[-1]
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.index.shards)
+
+    @property
+    def columns(self) -> dict[str, str]:
+        """Column name -> encoding string, in storage order (empty for a dataset without shards)."""
+        if not self._layouts:
+            return {}
+        layout = self._layouts[0]
+        return dict(zip(layout.names, layout.specs, strict=True))
+
+    # --- samples ------------------------------------------------------------------------
+
+    def _locate(self, index: int) -> tuple[int, int]:
+        total = self._starts[-1]
+        if not -total <= index < total:
+            raise out_of_range(self.root, index, total)
+        if index < 0:
+            index += total
+        shard = bisect.bisect_right(self._starts, index) - 1
+        return shard, index - self._starts[shard]
+
+    def __getitem__(self, index: int) -> dict[str, Any]:
+        """Decode sample ``index`` (negative counts from the end).
+
+        Raises:
+            ConfigError: the index is out of range.
+            ShardFormatError, HashMismatchError, CompressionError: its shard is bad.
+            EncodingError: a value does not decode.
+        """
+        shard, offset = self._locate(operator.index(index))
+        return self.shard(shard).get(offset)
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
+        for shard in range(self.num_shards):
+            reader = self.shard(shard)
+            for i in range(len(reader)):
+                yield reader.get(i)
+
+    def get_batch(self, ids: Sequence[int] | npt.NDArray[np.integer[Any]]) -> dict[str, Any]:
+        """Decode many samples; values come back column by column in the order of ``ids``.
+
+        Fixed-size numeric columns are arrays of shape ``(len(ids), *shape)``, others lists.
+        """
+        idx = np.asarray(ids, dtype=np.int64).reshape(-1)
+        total = self._starts[-1]
+        if idx.size and (idx.min() < -total or idx.max() >= total):
+            raise out_of_range(self.root, int(idx[(idx < -total) | (idx >= total)][0]), total)
+        idx = np.where(idx < 0, idx + total, idx)
+        shards = np.searchsorted(self._starts_np, idx, side="right") - 1
+        unique = np.unique(shards)
+        if len(unique) == 1:
+            shard = int(unique[0])
+            return self.shard(shard).get_batch(idx - self._starts[shard])
+        if not len(unique):
+            return self._empty_batch()
+        parts = []
+        for shard in unique.tolist():
+            where = np.flatnonzero(shards == shard)
+            parts.append((where, self.shard(shard).get_batch(idx[where] - self._starts[shard])))
+        out: dict[str, Any] = {}
+        for name in parts[0][1]:
+            first = parts[0][1][name]
+            if isinstance(first, np.ndarray):
+                column = np.empty((len(idx), *first.shape[1:]), first.dtype)
+                for where, batch in parts:
+                    column[where] = batch[name]
+                out[name] = column
+            else:
+                values: list[Any] = [None] * len(idx)
+                for where, batch in parts:
+                    for k, value in zip(where.tolist(), batch[name], strict=True):
+                        values[k] = value
+                out[name] = values
+        return out
+
+    def _empty_batch(self) -> dict[str, Any]:
+        if not self._layouts:
+            return {}
+        for shard in range(self.num_shards):
+            return self.shard(shard).get_batch([])
+        return {}
+
+    # --- shards -------------------------------------------------------------------------
+
+    def shard(self, position: int) -> ShardReader:
+        """The reader of shard ``position``, opening (and validating) it on first use."""
+        with self._lock:
+            entry = self._open.get(position)
+            if entry is not None:
+                self._open.move_to_end(position)
+                return entry[0]
+        reader, held = self._open_shard(position)
+        with self._lock:
+            self._open[position] = (reader, held)
+            self._decompressed_bytes += held
+            while len(self._open) > _MAX_OPEN_SHARDS or (
+                self._decompressed_bytes > _MAX_DECOMPRESSED_BYTES and len(self._open) > 1
+            ):
+                # Dropped, not closed: another thread may still be decoding from it, and
+                # the mapping is released when the last reference goes.
+                _, (_old, old_held) = self._open.popitem(last=False)
+                self._decompressed_bytes -= old_held
+        return reader
+
+    def _check_hash(self, path: str, data: bytes | bytearray | mmap.mmap, expected: dict[str, str] | Any) -> None:
+        algo = self.validate_hash
+        if algo is None:
+            return
+        digest = hash_bytes(algo, data)
+        if digest != expected[algo]:
+            raise HashMismatchError(
+                f"{path}: {algo} digest {digest} differs from {expected[algo]} in index.json; "
+                "the file is corrupt or stale: delete it so it is fetched or written again"
+            )
+
+    def _open_shard(self, position: int) -> tuple[ShardReader, int]:
+        info = self.index.shards[position]
+        layout = self._layouts[position]
+        raw_path = os.path.join(self.root, info.raw_data.basename)
+        if os.path.exists(raw_path) or info.zip_data is None:
+            reader = ShardReader.open(raw_path, layout, shard=position, expected_samples=info.samples)
+            try:
+                if reader.nbytes != info.raw_data.bytes:
+                    raise ShardFormatError(
+                        f"{raw_path} (shard {position}): the file has {reader.nbytes} bytes, index.json says "
+                        f"{info.raw_data.bytes}; it is stale or truncated: delete it so it is fetched again"
+                    )
+                self._check_hash(raw_path, reader.buffer, info.raw_data.hashes)
+            except BaseException:
+                reader.close()
+                raise
+            return reader, 0
+        zip_path = os.path.join(self.root, info.zip_data.basename)
+        try:
+            with open(zip_path, "rb") as fh:
+                data = fh.read()
+        except OSError as exc:
+            raise ShardFormatError(
+                f"shard {position}: neither {raw_path} nor {zip_path} can be read ({exc}); the dataset is incomplete"
+            ) from exc
+        self._check_hash(zip_path, data, info.zip_data.hashes)
+        assert info.compression is not None
+        raw = get_codec(info.compression).decompress(data, zip_path)
+        if len(raw) != info.raw_data.bytes:
+            raise ShardFormatError(
+                f"{zip_path} (shard {position}): decompresses to {len(raw)} bytes, index.json says "
+                f"{info.raw_data.bytes}; the file is corrupt or stale: delete it so it is fetched again"
+            )
+        return ShardReader(raw, layout, name=zip_path, shard=position, expected_samples=info.samples), len(raw)
+
+    def close(self) -> None:
+        """Close every open shard. Idempotent; the dataset reopens shards if used again."""
+        with self._lock:
+            readers = [reader for reader, _ in self._open.values()]
+            self._open.clear()
+            self._decompressed_bytes = 0
+        for reader in readers:
+            reader.close()
+
+    def __enter__(self) -> LocalDataset:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"LocalDataset({self.root!r}, samples={len(self)}, shards={self.num_shards})"
