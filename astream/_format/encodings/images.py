@@ -52,7 +52,7 @@ class PILEncoding(Encoding):
         image = pil_image(f"encoding {self.name!r}")
         if not isinstance(value, image.Image):
             raise self.reject(value, "takes a PIL.Image.Image")
-        mode = value.mode.encode("utf-8")
+        mode: bytes = value.mode.encode("utf-8")
         width, height = value.size
         pixels: bytes = value.tobytes()
         return struct.pack("<III", width, height, len(mode)) + mode + pixels
