@@ -151,9 +151,12 @@ def shard_counts(
     picks_per_shard = (shard_sizes + granularity - 1) // granularity
     pick_shard = np.repeat(np.arange(len(shard_sizes)), picks_per_shard)
     pick_size = np.full(len(pick_shard), granularity, np.int64)
+    # QUIRK (kept): an empty shard has no pick, yet MosaicML still writes its "last pick size"
+    # (``granularity``) at index ``cumsum - 1``, i.e. over the previous shard's last pick (or,
+    # for leading empty shards, index -1). NumPy applies duplicate indices in order, so the
+    # same assignment reproduces which write wins.
     last = np.cumsum(picks_per_shard) - 1
-    has_picks = picks_per_shard > 0
-    pick_size[last[has_picks]] = (shard_sizes - (picks_per_shard - 1) * granularity)[has_picks]
+    pick_size[last] = shard_sizes - (picks_per_shard - 1) * granularity
     order = np.random.default_rng(seed + epoch if use_epoch else seed).permutation(len(pick_shard))
     remainder = choose % total
     taken = np.cumsum(pick_size[order])
