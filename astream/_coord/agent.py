@@ -13,6 +13,7 @@ Each connection is an :class:`asyncio.Protocol`: bytes go through the sans-I/O
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 import socket
@@ -38,6 +39,13 @@ def error_body(exc: BaseException) -> dict[str, str]:
     return {"type": kind, "message": str(exc) if isinstance(exc, AstreamError) else f"{type(exc).__name__}: {exc}"}
 
 
+def _socket_file(listener: socket.socket) -> tuple[str, int] | None:
+    name = listener.getsockname()
+    if isinstance(name, str) and name and not name.startswith("\0"):
+        return name, os.stat(name).st_ino
+    return None
+
+
 class _Conn(asyncio.Protocol):
     """One client connection."""
 
@@ -57,7 +65,7 @@ class _Conn(asyncio.Protocol):
         self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
         sock = self.transport.get_extra_info("socket")
         creds = peer_credentials(sock) if sock is not None else None
-        if creds is not None and creds[1] != os.getuid():
+        if creds is not None and creds[1] != self.agent.allowed_uid:
             log.warning("astream agent: refused pid %d of uid %d (another user)", creds[0], creds[1])
             self.closed = True
             self.transport.abort()
@@ -115,6 +123,7 @@ class Agent:
         self.config = config
         self.barriers = BarrierBook()
         self.stats: Counter[str] = Counter()
+        self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, _Conn] = {}
         self._count = 0
         self._pins: Counter[str] = Counter()
@@ -125,6 +134,7 @@ class Agent:
         self._epoch_set = False
         self._started = time.monotonic()
         self._stop: asyncio.Event | None = None
+        self._socket_file: tuple[str, int] | None = None
         self._idle: asyncio.TimerHandle | None = None
         self._deadline: asyncio.TimerHandle | None = None
 
@@ -139,6 +149,7 @@ class Agent:
         """
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
+        self._socket_file = _socket_file(listener)
         server = None
         try:
             await self.provider.rebuild()
@@ -159,6 +170,11 @@ class Agent:
         if server is not None:
             server.close()
         listener.close()
+        if self._socket_file is not None:
+            path, inode = self._socket_file
+            with contextlib.suppress(OSError):
+                if os.stat(path).st_ino == inode:  # still ours, not a successor's
+                    os.unlink(path)
         for conn in list(self._conns.values()):
             conn.close()
         for task in self._inflight.values():

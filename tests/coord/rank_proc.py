@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import sys
+from pathlib import Path
 from typing import Any
 
 from astream._coord.client import AsyncNodeClient
@@ -44,8 +45,8 @@ async def main(spec: dict[str, Any]) -> int:
                 await asyncio.sleep(3600)
             for key in spec["keys"]:
                 async with node.pinned(key) as path:
-                    with open(path, "rb") as f:
-                        ok = hashlib.sha256(f.read()).hexdigest() == spec["digests"][key]
+                    data = await asyncio.to_thread(Path(path).read_bytes)
+                    ok = hashlib.sha256(data).hexdigest() == spec["digests"][key]
                 emit("sample", key=key, ok=ok, agent_pid=node.agent_pid)
                 if spec.get("per_shard_sleep"):
                     await asyncio.sleep(spec["per_shard_sleep"])

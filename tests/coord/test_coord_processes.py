@@ -9,14 +9,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from coordkit import LoopbackServer, assert_clean, config_dict, make_shards, shm_entries
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.provider import SimpleProviderFactory
 from astream._coord.world import World, member_name
 from astream.errors import CoordinationError
-
-from conftest import LoopbackServer, assert_clean, config_dict, make_shards, shm_entries
 
 pytestmark = pytest.mark.slow
 
@@ -74,12 +73,13 @@ async def test_several_nodes_share_one_server(
 ) -> None:
     digests = make_shards(http_server.root, 6)
     keys = sorted(digests)
-    procs = []
-    for node in range(3):
+    procs = [
+        await ranks(spec)
+        for node in range(3)
         for spec in node_specs(node=node, nodes=3, ranks=2, workers=1, local=tmp_path / f"node{node}",
                                remote=http_server.url, run_id=run_id, digests=digests, keys=rotated(keys),
-                               config=config, end_barrier=True):
-            procs.append(await ranks(spec))
+                               config=config, end_barrier=True)
+    ]
     assert await asyncio.gather(*(p.finish(60) for p in procs)) == [0] * 6
     assert dict(http_server.counts) == dict.fromkeys(keys, 3), "once per node, three nodes"
     agents = {p.events("joined")[0]["agent_pid"] for p in procs}
