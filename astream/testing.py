@@ -1,0 +1,387 @@
+"""Helpers to test pipelines built on astream, with real components on 127.0.0.1.
+
+- :class:`LoopbackServer`: a static-file HTTP server on 127.0.0.1 (in a private thread,
+  so sync and async code can use it) with Range/ETag support and fault injection:
+  errors (500, 429 with ``Retry-After``), a connection reset mid-body, a slow first
+  byte, a stall, a truncated or corrupted body, and a request log.
+- :class:`MemoryStorage`: an in-memory remote under ``memory://<bucket>/<key>``.
+- :func:`moto_s3`: moto's standalone S3 server on 127.0.0.1 with the ``S3_ENDPOINT_URL``
+  and ``AWS_*`` variables pointed at it (needs ``moto[server]``).
+
+Nothing here ever listens on or connects to an address other than 127.0.0.1.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import fnmatch
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+from aiohttp import web
+
+from astream._storage.base import Storage, StorageOptions, TransferEvents, with_retries
+from astream._storage.loop import LoopThread
+from astream._storage.registry import register
+from astream._storage.sink import Sink
+from astream.errors import RemoteNotFoundError, UsageError
+
+__all__ = ["Fault", "LoopbackServer", "MemoryStorage", "Request", "free_port", "memory_bucket", "moto_s3"]
+
+HOST = "127.0.0.1"
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on (right now)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((HOST, 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Fault:
+    """One injected misbehaviour for requests whose path matches ``match`` (fnmatch).
+
+    Attributes:
+        kind: ``"status"`` (answer ``status``), ``"reset"`` (close the connection after
+            ``after`` body bytes), ``"delay"`` (wait ``seconds`` before the headers),
+            ``"stall"`` (stop for ``seconds`` after ``after`` bytes), ``"truncate"``
+            (close cleanly after ``after`` bytes, short of Content-Length), ``"corrupt"``
+            (flip the first byte of the body).
+        match: pattern of the path relative to the server root (``"*.zstd"``).
+        times: how many requests it hits; None for all of them.
+        status: the status of a ``"status"`` fault.
+        retry_after: the ``Retry-After`` header to send with it, if any.
+        after: body bytes sent before a reset, stall or truncation.
+        seconds: length of a delay or stall.
+    """
+
+    kind: str
+    match: str = "*"
+    times: int | None = 1
+    status: int = 500
+    retry_after: str | None = None
+    after: int = 0
+    seconds: float = 0.0
+
+
+@dataclass(frozen=True)
+class Request:
+    """One request the server saw."""
+
+    method: str
+    path: str
+    range: str | None
+
+
+@dataclass
+class _State:
+    faults: list[Fault] = field(default_factory=list)
+    log: list[Request] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+class LoopbackServer:
+    """A static file server for ``root`` on ``http://127.0.0.1:<port>``, with fault injection.
+
+    Use it as a (sync) context manager; it runs on its own loop in a daemon thread::
+
+        with LoopbackServer(dataset_dir) as server:
+            server.add(Fault("status", match="shard.00001*", status=503, times=2))
+            ...  # remote = server.url
+            assert server.count("shard.00001.mds.zstd") == 3
+
+    Args:
+        root: the directory served.
+        ranges: honour ``Range`` requests (off: always send the whole file, 200).
+        allow_put: accept ``PUT`` uploads into ``root``.
+        chunk_size: body bytes written at a time by the fault-injecting path.
+    """
+
+    def __init__(self, root: str, *, ranges: bool = True, allow_put: bool = False, chunk_size: int = 64 << 10) -> None:
+        self.root = os.path.realpath(root)
+        self.ranges = ranges
+        self.allow_put = allow_put
+        self.chunk_size = chunk_size
+        self._state = _State()
+        self._thread: LoopThread | None = None
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        """The base URL (no trailing slash)."""
+        return f"http://{HOST}:{self.port}"
+
+    # -- faults and the log --------------------------------------------------------------------
+    def add(self, fault: Fault) -> Fault:
+        """Inject ``fault``; returns it (its ``times`` counts down as it hits)."""
+        with self._state.lock:
+            self._state.faults.append(fault)
+        return fault
+
+    def clear(self) -> None:
+        """Remove all faults and forget the request log."""
+        with self._state.lock:
+            self._state.faults.clear()
+            self._state.log.clear()
+
+    @property
+    def log(self) -> list[Request]:
+        with self._state.lock:
+            return list(self._state.log)
+
+    def count(self, match: str = "*", method: str | None = "GET") -> int:
+        """Requests so far whose path matches ``match`` (and ``method``, unless None)."""
+        return sum(
+            1 for r in self.log if fnmatch.fnmatch(r.path, match) and (method is None or r.method == method)
+        )
+
+    def _take_fault(self, path: str) -> Fault | None:
+        with self._state.lock:
+            for fault in self._state.faults:
+                if (fault.times is None or fault.times > 0) and fnmatch.fnmatch(path, fault.match):
+                    if fault.times is not None:
+                        fault.times -= 1
+                    return fault
+        return None
+
+    # -- serving -------------------------------------------------------------------------------
+    def _resolve(self, rel: str) -> str:
+        path = os.path.realpath(os.path.join(self.root, rel))
+        if not (path == self.root or path.startswith(self.root + os.sep)):
+            raise web.HTTPForbidden()
+        return path
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        rel = request.match_info["tail"]
+        with self._state.lock:
+            self._state.log.append(Request(request.method, rel, request.headers.get("Range")))
+        path = self._resolve(rel)
+        if request.method == "PUT":
+            return await self._put(request, path)
+        fault = self._take_fault(rel)
+        if fault is not None and fault.kind == "delay":
+            await asyncio.sleep(fault.seconds)
+            fault = None
+        if fault is not None and fault.kind == "status":
+            headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
+            return web.Response(status=fault.status, text=f"injected {fault.status}\n", headers=headers)
+        if not os.path.isfile(path):  # noqa: ASYNC240 - test server, a stat
+            raise web.HTTPNotFound()
+        if fault is None and self.ranges:
+            return web.FileResponse(path, chunk_size=256 << 10)
+        return await self._stream(request, path, fault)
+
+    async def _stream(self, request: web.Request, path: str, fault: Fault | None) -> web.StreamResponse:
+        st = os.stat(path)
+        etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
+        start, status = 0, 200
+        rng = request.headers.get("Range")
+        if_range = request.headers.get("If-Range")
+        if rng and self.ranges and (if_range is None or if_range == etag) and rng.startswith("bytes="):
+            first = rng[6:].split("-")[0]
+            if first.isdigit():
+                start, status = int(first), 206
+                if start >= st.st_size:
+                    return web.Response(status=416, headers={"Content-Range": f"bytes */{st.st_size}"})
+        length = st.st_size - start
+        resp = web.StreamResponse(status=status)
+        resp.headers["ETag"] = etag
+        resp.headers["Accept-Ranges"] = "bytes" if self.ranges else "none"
+        resp.content_length = length
+        if status == 206:
+            resp.headers["Content-Range"] = f"bytes {start}-{st.st_size - 1}/{st.st_size}"
+        await resp.prepare(request)
+        if request.method == "HEAD":
+            return resp
+        sent = 0
+        with open(path, "rb") as fh:  # noqa: ASYNC230 - test server, small local reads
+            fh.seek(start)
+            while sent < length:
+                data = fh.read(min(self.chunk_size, length - sent))
+                if not data:
+                    break
+                cut = fault is not None and fault.kind in ("reset", "stall", "truncate")
+                if fault is not None and cut and sent + len(data) > fault.after:
+                    data = data[: max(0, fault.after - sent)]
+                    if data:
+                        await resp.write(data)
+                    if fault.kind in ("reset", "truncate"):
+                        assert request.transport is not None
+                        # reset: RST right away; truncate: a clean FIN before Content-Length is reached
+                        (request.transport.abort if fault.kind == "reset" else request.transport.close)()
+                        return resp
+                    await asyncio.sleep(fault.seconds)
+                    fault = None
+                    continue
+                if fault is not None and fault.kind == "corrupt":
+                    data = bytes([data[0] ^ 0xFF]) + data[1:]
+                    fault = None
+                await resp.write(data)
+                sent += len(data)
+        return resp
+
+    async def _put(self, request: web.Request, path: str) -> web.Response:
+        if not self.allow_put:
+            raise web.HTTPMethodNotAllowed("PUT", ["GET", "HEAD"])
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = f"{path}.{os.getpid()}.put"
+        with open(tmp, "wb") as fh:  # noqa: ASYNC230 - test server
+            async for chunk in request.content.iter_chunked(1 << 20):
+                fh.write(chunk)
+        os.replace(tmp, path)
+        return web.Response(status=201)
+
+    # -- lifecycle -----------------------------------------------------------------------------
+    async def _start(self) -> None:
+        app = web.Application(client_max_size=1 << 34)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, HOST, 0)
+        await site.start()
+        server = site._server
+        assert server is not None
+        self.port = int(server.sockets[0].getsockname()[1])  # type: ignore[attr-defined]
+
+    async def _stop(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    def start(self) -> LoopbackServer:
+        """Start serving (idempotent)."""
+        if self._thread is None:
+            self._thread = LoopThread("astream-loopback-server")
+            self._thread.call(self._start())
+        return self
+
+    def close(self) -> None:
+        """Stop serving; idempotent."""
+        thread, self._thread = self._thread, None
+        if thread is not None:
+            with contextlib.suppress(Exception):
+                thread.call(self._stop(), timeout=10)
+            thread.close()
+
+    def __enter__(self) -> LoopbackServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+
+# -- in-memory remote -------------------------------------------------------------------------
+_BUCKETS: dict[str, dict[str, bytes]] = collections.defaultdict(dict)
+
+
+def memory_bucket(name: str) -> dict[str, bytes]:
+    """The dict behind ``memory://<name>/...`` (keys are paths inside the bucket)."""
+    return _BUCKETS[name]
+
+
+class MemoryStorage(Storage):
+    """A remote kept in process memory, at ``memory://<bucket>/<key>`` (for tests)."""
+
+    schemes = ("memory",)
+
+    @staticmethod
+    def _locate(url: str) -> tuple[dict[str, bytes], str]:
+        if not url.startswith("memory://"):
+            raise UsageError(f"{url!r} is not a memory:// URL")
+        bucket, _, key = url[len("memory://") :].partition("/")
+        return _BUCKETS[bucket], key
+
+    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+        bucket, key = self._locate(url)
+
+        async def attempt(n: int) -> None:
+            if key not in bucket:
+                raise RemoteNotFoundError(f"{url}: no such object")
+            data = bucket[key]
+            step = self.options.chunk_size
+            for i in range(sink.received, len(data), step):
+                self.events.on_bytes(len(data[i : i + step]))
+                await sink.write(data[i : i + step])
+
+        await with_retries(url, attempt, self.options, self.events)
+
+    async def read_bytes(self, url: str) -> bytes:
+        bucket, key = self._locate(url)
+        if key not in bucket:
+            raise RemoteNotFoundError(f"{url}: no such object")
+        return bucket[key]
+
+    async def exists(self, url: str) -> bool:
+        bucket, key = self._locate(url)
+        return key in bucket
+
+    async def put(self, local_path: str, url: str) -> None:
+        bucket, key = self._locate(url)
+        data = await asyncio.get_running_loop().run_in_executor(None, _read_file, local_path)
+        bucket[key] = data
+
+
+def _read_file(path: str) -> bytes:
+    with open(path, "rb") as fh:
+        return fh.read()
+
+
+def _memory_factory(options: StorageOptions, events: TransferEvents | None) -> Storage:
+    return MemoryStorage(options, events)
+
+
+register("memory", _memory_factory)
+
+
+# -- moto S3 ----------------------------------------------------------------------------------
+@contextlib.contextmanager
+def moto_s3(bucket: str | None = "astream-test") -> Iterator[Any]:
+    """Run moto's S3 server on 127.0.0.1 and point ``S3_ENDPOINT_URL``/``AWS_*`` at it.
+
+    Yields a botocore S3 client (sync) for setting up objects; the bucket ``bucket`` is
+    created unless it is None. Environment variables are restored afterwards.
+    """
+    try:
+        import botocore.session
+        from moto.server import ThreadedMotoServer
+    except ImportError as exc:  # pragma: no cover
+        raise UsageError("moto_s3 needs `pip install 'moto[server]'`") from exc
+    port = free_port()
+    server = ThreadedMotoServer(ip_address=HOST, port=port, verbose=False)
+    server.start()
+    env = {
+        "S3_ENDPOINT_URL": f"http://{HOST}:{port}",
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+    }
+    saved = {k: os.environ.get(k) for k in (*env, "AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION")}
+    os.environ.update(env)
+    for k in ("AWS_SESSION_TOKEN", "AWS_PROFILE", "AWS_REGION"):
+        os.environ.pop(k, None)
+    try:
+        client = botocore.session.get_session().create_client(
+            "s3", endpoint_url=env["S3_ENDPOINT_URL"], region_name="us-east-1",
+            aws_access_key_id="testing", aws_secret_access_key="testing",
+        )
+        if bucket:
+            client.create_bucket(Bucket=bucket)
+        yield client
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        server.stop()
