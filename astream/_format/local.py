@@ -25,7 +25,7 @@ from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, Index, ShardInfo
 from astream._format.record import RecordLayout
-from astream._format.shard import ShardReader, out_of_range
+from astream._format.shard import ShardReader, map_file, out_of_range
 from astream.errors import (
     CompressionError,
     ConfigError,
@@ -239,17 +239,19 @@ class LocalDataset:
         layout = self._layouts[position]
         raw_path = os.path.join(self.root, info.raw_data.basename)
         if os.path.exists(raw_path) or info.zip_data is None:
-            reader = ShardReader.open(raw_path, layout, shard=position, expected_samples=info.samples)
+            mapped = map_file(raw_path, position)
             try:
-                if reader.nbytes != info.raw_data.bytes:
+                if len(mapped) != info.raw_data.bytes:
                     raise ShardFormatError(
-                        f"{raw_path} (shard {position}): the file has {reader.nbytes} bytes, index.json says "
+                        f"{raw_path} (shard {position}): the file has {len(mapped)} bytes, index.json says "
                         f"{info.raw_data.bytes}; it is stale or truncated: delete it so it is fetched again"
                     )
-                self._check_hash(raw_path, reader.buffer, info.raw_data.hashes)
+                # The hash first: a corrupt file is then reported as such, not as bad offsets.
+                self._check_hash(raw_path, mapped, info.raw_data.hashes)
             except BaseException:
-                reader.close()
+                mapped.close()
                 raise
+            reader = ShardReader(mapped, layout, name=raw_path, shard=position, expected_samples=info.samples)
             return reader, 0
         zip_path = os.path.join(self.root, info.zip_data.basename)
         try:

@@ -23,7 +23,7 @@ import numpy.typing as npt
 from astream._format.record import RecordLayout, first_error_column
 from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError
 
-__all__ = ["ShardReader", "out_of_range"]
+__all__ = ["ShardReader", "map_file", "out_of_range"]
 
 _U32 = np.dtype("<u4")
 _OFFSET = struct.Struct("<I")
@@ -36,6 +36,22 @@ _CHUNK = 1 << 16
 def out_of_range(what: str, index: int, size: int) -> AstreamError:
     """The error for a sample index outside ``[-size, size)``."""
     return ConfigError(f"{what}: sample index {index} is out of range for {size} samples")
+
+
+def map_file(path: str | os.PathLike[str], shard: int = 0) -> mmap.mmap:
+    """Map a whole shard file read-only.
+
+    Raises:
+        ShardFormatError: the file is missing, unreadable or empty.
+    """
+    name = os.fspath(path)
+    try:
+        with open(path, "rb") as fh:
+            if os.fstat(fh.fileno()).st_size == 0:
+                raise ShardFormatError(f"{name} (shard {shard}): the file is empty; delete it so it is fetched again")
+            return mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
+    except OSError as exc:
+        raise ShardFormatError(f"{name} (shard {shard}): cannot open the shard file: {exc}") from exc
 
 
 def _read_u32(u8: npt.NDArray[np.uint8], positions: npt.NDArray[np.int64]) -> npt.NDArray[np.int64]:
@@ -92,16 +108,8 @@ class ShardReader:
         Raises:
             ShardFormatError: the file is missing, empty, truncated or inconsistent.
         """
-        name = os.fspath(path)
-        try:
-            with open(path, "rb") as fh:
-                size = os.fstat(fh.fileno()).st_size
-                if size == 0:
-                    raise ShardFormatError(f"{name} (shard {shard}): the file is empty; delete it so it is fetched again")
-                mapped = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except OSError as exc:
-            raise ShardFormatError(f"{name} (shard {shard}): cannot open the shard file: {exc}") from exc
-        return cls(mapped, layout, name=name, shard=shard, expected_samples=expected_samples)
+        mapped = map_file(path, shard)
+        return cls(mapped, layout, name=os.fspath(path), shard=shard, expected_samples=expected_samples)
 
     def _fail(self, what: str, sample: int | None = None) -> ShardFormatError:
         where = f"{self.name} (shard {self.shard})" + ("" if sample is None else f", sample {sample}")
@@ -125,8 +133,8 @@ class ShardReader:
         if bad.size:
             raise self._fail(f"offsets go backwards ({offsets[bad[0]]} then {offsets[bad[0] + 1]})", int(bad[0]))
         if offsets[-1] > size:
-            k = int(np.argmax(offsets[1:] > size))
-            raise self._fail(f"the sample ends at byte {offsets[k + 1]}, past the end of the {size}-byte file", k)
+            k = int(np.argmax(offsets > size))  # offsets[k] is the end of sample k - 1
+            raise self._fail(f"the sample ends at byte {offsets[k]}, past the end of the {size}-byte file", max(k - 1, 0))
         layout = self.layout
         if layout.num_var == 0:
             bad = np.flatnonzero(lengths != layout.fixed_size)
