@@ -69,14 +69,17 @@ def test_reads_every_sample(shard_bytes: tuple[bytes, RecordLayout]) -> None:
         assert len(reader) == 12
         for i in range(12):
             sample = reader.get(i)
-            assert sample["id"] == i and sample["j"] == {"i": i, "l": [i] * (i % 3)}
+            assert sample["id"] == i
+            assert sample["j"] == {"i": i, "l": [i] * (i % 3)}
         assert reader.get(-1)["id"] == 11
         batch = reader.get_batch([5, 0, 5, -1])
         assert batch["id"].tolist() == [5, 0, 5, 11]
-        assert batch["fixed"].shape == (4, 3) and batch["fixed"][1].tolist() == [0, 1, 2]
+        assert batch["fixed"].shape == (4, 3)
+        assert batch["fixed"][1].tolist() == [0, 1, 2]
         assert batch["s"] == ["", "", "", "é"]
         assert [a.tolist() for a in batch["a"]] == [reader.get(i)["a"].tolist() for i in (5, 0, 5, 11)]
-        assert batch["f"].dtype == np.float32 and batch["f"][0] == np.float32(5 / 3)
+        assert batch["f"].dtype == np.float32
+        assert batch["f"][0] == np.float32(5 / 3)
 
 
 def test_all_fixed_shard_uses_one_strided_view(tmp_path: Path) -> None:
@@ -118,7 +121,7 @@ def test_offsets_past_the_end(shard_bytes: tuple[bytes, RecordLayout]) -> None:
     data, layout = shard_bytes
     offsets = _offsets(data)
     offsets[-1] += 100
-    with pytest.raises(ShardFormatError, match="sample 11.*past the end"):
+    with pytest.raises(ShardFormatError, match=r"sample 11.*past the end"):
         _reader(_with_offsets(data, offsets), layout)
 
 
@@ -126,7 +129,7 @@ def test_offsets_going_backwards(shard_bytes: tuple[bytes, RecordLayout]) -> Non
     data, layout = shard_bytes
     offsets = _offsets(data)
     offsets[4], offsets[5] = offsets[5], offsets[4]
-    with pytest.raises(ShardFormatError, match="sample 3.*backwards|sample 4.*backwards"):
+    with pytest.raises(ShardFormatError, match=r"sample [34].*backwards"):
         _reader(_with_offsets(data, offsets), layout)
 
 
@@ -140,7 +143,7 @@ def test_first_offset_inside_the_header(shard_bytes: tuple[bytes, RecordLayout])
 
 def test_count_disagreeing_with_index(shard_bytes: tuple[bytes, RecordLayout]) -> None:
     data, layout = shard_bytes
-    with pytest.raises(ShardFormatError, match="holds 12 samples but index.json says 13"):
+    with pytest.raises(ShardFormatError, match=r"holds 12 samples but index\.json says 13"):
         _reader(data, layout, expected=13)
 
 
@@ -149,7 +152,7 @@ def test_head_disagreeing_with_offsets(shard_bytes: tuple[bytes, RecordLayout]) 
     begin = _offsets(data)[7]
     head = struct.unpack_from("<I", data, begin)[0]
     broken = data[:begin] + struct.pack("<I", head + 1) + data[begin + 4 :]
-    with pytest.raises(ShardFormatError, match="sample 7.*head"):
+    with pytest.raises(ShardFormatError, match=r"sample 7.*head"):
         _reader(broken, layout)
 
 
@@ -248,14 +251,14 @@ def test_with_a_hash_a_mutated_shard_never_yields_a_wrong_sample(
     original = (hashed_dataset / "shard.00000.mds").read_bytes()
     mutated = _mutate(original, changes, None)
     (copy / "shard.00000.mds").write_bytes(mutated)
-    try:
-        with LocalDataset(copy, validate_hash="xxh64", allow_unsafe_types=True) as ds:
-            samples = [ds[i] for i in range(len(ds))]
-    except HashMismatchError as exc:
-        assert mutated != original and "shard.00000.mds" in str(exc)
+    if mutated != original:
+        with pytest.raises(HashMismatchError, match=r"shard\.00000\.mds"), LocalDataset(
+            copy, validate_hash="xxh64", allow_unsafe_types=True
+        ) as ds:
+            ds[0]
         return
-    assert mutated == original
-    assert [s["p"] for s in samples] == [{"i": i} for i in range(8)]
+    with LocalDataset(copy, validate_hash="xxh64", allow_unsafe_types=True) as ds:
+        assert [s["p"] for s in ds] == [{"i": i} for i in range(8)]
 
 
 def test_shard_info_in_index_is_what_the_writer_wrote(hashed_dataset: Path) -> None:

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import gc
 import json
 import os
 from pathlib import Path
@@ -105,10 +104,12 @@ def test_compressed_shards_keep_only_the_compressed_file(tmp_path: Path) -> None
     index = _index(root)
     assert sorted(os.listdir(root)) == ["index.json"] + [f"shard.{k:05}.mds.zstd" for k in range(len(index["shards"]))]
     for shard in index["shards"]:
-        assert shard["compression"] == "zstd:7" and shard["hashes"] == ["sha1", "xxh64"]
+        assert shard["compression"] == "zstd:7"
+        assert shard["hashes"] == ["sha1", "xxh64"]
         stored = (root / shard["zip_data"]["basename"]).read_bytes()
         raw = get_codec("zstd:7").decompress(stored)
-        assert shard["zip_data"]["bytes"] == len(stored) and shard["raw_data"]["bytes"] == len(raw)
+        assert shard["zip_data"]["bytes"] == len(stored)
+        assert shard["raw_data"]["bytes"] == len(raw)
         for algo in ("sha1", "xxh64"):
             assert shard["zip_data"]["hashes"][algo] == hash_bytes(algo, stored)
             assert shard["raw_data"]["hashes"][algo] == hash_bytes(algo, raw)
@@ -118,13 +119,19 @@ def test_compressed_shards_keep_only_the_compressed_file(tmp_path: Path) -> None
 
 def test_a_failing_with_block_leaves_no_index(tmp_path: Path) -> None:
     root = tmp_path / "ds"
-    with pytest.raises(RuntimeError, match="boom"), MDSWriter(root, {"b": "bytes"}, size_limit=200) as writer:
-        for _ in range(10):
-            writer.write({"b": bytes(100)})
-        raise RuntimeError("boom")
+
+    def write_then_fail() -> None:
+        with MDSWriter(root, {"b": "bytes"}, size_limit=200) as writer:
+            for _ in range(10):
+                writer.write({"b": bytes(100)})
+            raise RuntimeError("boom")
+
+    with pytest.raises(RuntimeError, match="boom"):
+        write_then_fail()
     names = os.listdir(root)
     assert "index.json" not in names
-    assert names and all(n.startswith("shard.") and n.endswith(".mds") for n in names)  # complete shards only
+    assert names
+    assert all(n.startswith("shard.") and n.endswith(".mds") for n in names)
 
 
 def test_exist_ok(tmp_path: Path) -> None:
@@ -197,7 +204,8 @@ def test_finish_is_idempotent_and_final(tmp_path: Path) -> None:
     writer.write({"y": 1})
     writer.finish()
     writer.finish()
-    assert writer.num_samples == 1 and len(writer.shards) == 1
+    assert writer.num_samples == 1
+    assert len(writer.shards) == 1
     with pytest.raises(UsageError, match="finished"):
         writer.write({"y": 2})
 
@@ -207,12 +215,14 @@ def test_empty_dataset_has_an_index_without_shards(tmp_path: Path) -> None:
         pass
     assert _index(tmp_path / "ds") == {"shards": [], "version": 2}
     with LocalDataset(tmp_path / "ds") as ds:
-        assert len(ds) == 0 and ds.columns == {} and ds.get_batch([]) == {}
+        assert len(ds) == 0
+        assert ds.columns == {}
+        assert ds.get_batch([]) == {}
 
 
 def test_forgotten_writer_warns(tmp_path: Path) -> None:
     writer = MDSWriter(tmp_path / "ds", {"y": "int"})
     writer.write({"y": 1})
     with pytest.warns(ResourceWarning, match="never finished"):
-        del writer
-        gc.collect()
+        writer.__del__()
+    writer.abort()
