@@ -127,6 +127,9 @@ class ShardSink(BufferedSink):
         self._hasher: Hasher | None = new_hasher(self.hash_algo) if self.hash_algo else None
         self._decoder: StreamDecoder | None = self.codec.stream_decoder() if self.codec else None
         self._written = 0
+        # A decoding failure is reported at the end, after the digest: with validate_hash,
+        # corrupt bytes are a hash mismatch whatever the codec makes of them.
+        self._broken: CorruptFile | None = None
 
     def _files(self) -> tuple[BinaryIO, BinaryIO | None]:
         try:
@@ -157,15 +160,16 @@ class ShardSink(BufferedSink):
                     self._hasher.update(chunk)
                 if zipped is not None:
                     zipped.write(chunk)
-                if self._decoder is None:
-                    self._emit(chunk, raw)
-                else:
-                    try:
-                        out = self._decoder.decode(chunk)
-                    except CompressionError as exc:
-                        raise CorruptFile(f"{self.name}: {exc}") from exc
+                if self._broken is not None:
+                    continue
+                try:
+                    out = chunk if self._decoder is None else self._decoder.decode(chunk)
                     if out:
                         self._emit(out, raw)
+                except (CompressionError, CorruptFile) as exc:
+                    self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
+                    if self._hasher is None:
+                        raise self._broken from exc
         except OSError as exc:
             raise self._disk_error(exc) from exc
 
@@ -192,13 +196,13 @@ class ShardSink(BufferedSink):
 
     def _finish(self) -> None:
         raw, zipped = self._files()
-        if self._decoder is not None:
+        if self._decoder is not None and self._broken is None:
             try:
                 tail = self._decoder.flush()
-            except CompressionError as exc:
-                raise CorruptFile(f"{self.name}: {exc}") from exc
-            if tail:
-                self._emit(tail, raw)
+                if tail:
+                    self._emit(tail, raw)
+            except (CompressionError, CorruptFile) as exc:
+                self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
         if self._hasher is not None and self.digest is not None:
             got = self._hasher.hexdigest()
             if got != self.digest.lower():
@@ -206,6 +210,8 @@ class ShardSink(BufferedSink):
                     f"{self.name}: {self.hash_algo} digest is {got}, index.json says {self.digest}",
                     hash_mismatch=True,
                 )
+        if self._broken is not None:
+            raise self._broken
         if self._written != self.raw_size:
             raise CorruptFile(f"{self.name}: decodes to {self._written} bytes, index.json says {self.raw_size}")
         try:
