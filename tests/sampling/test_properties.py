@@ -1,0 +1,121 @@
+"""Invariants of the sample order (hypothesis): permutations, elastic determinism, resumption."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from astream.sampling import SHUFFLE_ALGOS, EpochPlan, get_partitions, get_shuffle
+
+from .strategies import SHARD_AWARE, block_sizes, canonical_nodes, epochs, seeds, shard_sizes
+
+FAST = settings(max_examples=60, deadline=None)
+
+
+def _traversal(work: np.ndarray) -> np.ndarray:
+    """The order training consumes a work tensor: (batch, worker, node, rank, sample)."""
+    return work.transpose(3, 2, 0, 1, 4).reshape(-1)
+
+
+@FAST
+@given(st.sampled_from(SHUFFLE_ALGOS), shard_sizes(), canonical_nodes, seeds, epochs, block_sizes)
+def test_every_shuffle_is_a_permutation(algo, sizes, ncn, seed, epoch, block) -> None:
+    assume(algo != "py1e" or sum(sizes) >= ncn)  # py1e refuses an empty canonical node
+    shuffled = get_shuffle(algo, sizes, ncn, seed, epoch, block)
+    assert shuffled.dtype == np.int64
+    assert np.array_equal(np.sort(shuffled), np.arange(sum(sizes)))
+    assert np.array_equal(shuffled, get_shuffle(algo, sizes, ncn, seed, epoch, block))
+
+
+@FAST
+@given(st.sampled_from(SHARD_AWARE), shard_sizes(min_total=8), canonical_nodes, seeds, block_sizes)
+def test_canonical_nodes_keep_their_samples_across_epochs(algo, sizes, ncn, seed, block) -> None:
+    """A canonical node reads the same samples every epoch (its shard downloads stay put)."""
+    assume(sum(sizes) >= ncn)
+    n = sum(sizes)
+    a = get_shuffle(algo, sizes, ncn, seed, 0, block)
+    b = get_shuffle(algo, sizes, ncn, seed, 3, block)
+    for i in range(ncn):
+        lo, hi = n * i // ncn, n * (i + 1) // ncn
+        assert set(a[lo:hi].tolist()) == set(b[lo:hi].tolist())
+
+
+@st.composite
+def worlds(draw: st.DrawFn, ncn: int) -> tuple[int, int, int, int]:
+    """(nodes, ranks per node, workers per rank, batch size) with nodes dividing ncn."""
+    nodes = draw(st.sampled_from([p for p in range(1, ncn + 1) if ncn % p == 0]))
+    return nodes, draw(st.integers(1, 4)), draw(st.integers(1, 3)), draw(st.integers(1, 5))
+
+
+def _plan(sizes, algo, ncn, seed, epoch, world, **kw) -> EpochPlan:
+    nodes, ranks, workers, batch = world
+    return EpochPlan([{"shard_sizes": sizes}], shuffle=True, shuffle_algo=algo, shuffle_seed=seed,
+                     num_canonical_nodes=ncn, shuffle_block_size=64, batch_size=batch,
+                     num_physical_nodes=nodes, ranks_per_node=ranks, workers_per_rank=workers,
+                     epoch=epoch, partition_algo="orig", **kw)
+
+
+@FAST
+@given(st.data(), st.sampled_from(SHUFFLE_ALGOS), shard_sizes(min_total=10, max_size=80), canonical_nodes,
+       seeds, epochs)
+def test_global_batches_do_not_depend_on_the_world(data, algo, sizes, ncn, seed, epoch) -> None:
+    """Same seed, canonical nodes and epoch: the same set of samples in every global batch."""
+    assume(sum(sizes) >= ncn)
+    one = _traversal(_plan(sizes, algo, ncn, seed, epoch, (1, 1, 1, 1)).work())
+    world = data.draw(worlds(ncn))
+    other = _traversal(_plan(sizes, algo, ncn, seed, epoch, world).work())
+    ids = one[one >= 0]
+    assert set(ids.tolist()) == set(range(sum(sizes)))  # every sample appears
+    assert len(ids) - sum(sizes) < ncn  # only short canonical rows repeat
+    g = world[0] * world[1] * world[3]
+    for step in range(len(ids) // g):  # complete global batches (the tail may be padded)
+        assert sorted(other[step * g : (step + 1) * g]) == sorted(ids[step * g : (step + 1) * g])
+    assert set(other[other >= 0].tolist()) == set(ids.tolist())
+
+
+@FAST
+@given(st.data(), st.sampled_from(SHUFFLE_ALGOS), shard_sizes(min_total=10, max_size=80), canonical_nodes,
+       seeds, epochs)
+def test_resuming_yields_exactly_the_unseen_samples(data, algo, sizes, ncn, seed, epoch) -> None:
+    assume(sum(sizes) >= ncn)
+    full = _traversal(_plan(sizes, algo, ncn, seed, epoch, (1, 1, 1, 1)).work())
+    full = full[full >= 0]
+    world = data.draw(worlds(ncn))
+    g = world[0] * world[1] * world[3]
+    # Checkpoints fall on global batches, within the epoch size (MosaicML's bound).
+    seen = data.draw(st.integers(0, min(len(full), sum(sizes)) // g)) * g
+    resumed = _traversal(_plan(sizes, algo, ncn, seed, epoch, world, sample_in_epoch=seen).work())
+    rest = full[seen:]
+    assert set(resumed[resumed >= 0].tolist()) == set(rest.tolist())
+    for step in range(len(rest) // g):
+        assert sorted(resumed[step * g : (step + 1) * g]) == sorted(rest[step * g : (step + 1) * g])
+    if len(rest) % (world[1] * world[0]) == 0:  # nothing to pad: the remainder, exactly
+        assert sorted(resumed[resumed >= 0]) == sorted(rest)
+
+
+@FAST
+@given(st.integers(1, 600), st.sampled_from([4, 8]), st.sampled_from([1, 2, 4]), st.sampled_from([3, 5, 6, 12]),
+       st.integers(1, 3), st.integers(1, 3), st.integers(1, 2), st.data())
+def test_relaxed_keeps_the_exact_traversal_order(n, ncn, initial, nodes, ranks, workers, k, data) -> None:
+    """Resuming on a node count that does not fit the canonical nodes re-deals the same order."""
+    assume(ncn % nodes and nodes % ncn)  # the others simply re-partition with orig
+    batch0 = nodes // math.gcd(initial, nodes) * k  # keeps the global batch divisible
+    g = initial * ranks * batch0
+    drop = data.draw(st.integers(0, n)) // initial * initial
+    base = get_partitions("orig", n, ncn, initial, ranks, workers, batch0, drop)
+    moved = get_partitions("relaxed", n, ncn, nodes, ranks, workers, g // (nodes * ranks), drop, initial)
+    assert moved.shape[:3] == (nodes, ranks, workers)
+    assert np.array_equal(_traversal(moved), _traversal(base))
+
+
+@FAST
+@given(shard_sizes(min_total=4), canonical_nodes, st.integers(1, 4), st.integers(1, 3), st.integers(1, 6))
+def test_workers_are_slices_of_the_whole(sizes, ncn, ranks, workers, batch) -> None:
+    assume(sum(sizes) >= ncn)
+    plan = _plan(sizes, "py1e", ncn, 5, 1, (1, ranks, workers, batch))
+    work = plan.work()
+    for index in np.ndindex(*work.shape[:3]):
+        assert np.array_equal(plan.worker_ids(*index), work[index].reshape(-1))
