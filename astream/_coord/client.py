@@ -190,6 +190,7 @@ class AsyncNodeClient:
             WatchdogTimeout: no answer within ``watch_fail_after``.
         """
         if pin:
+            await self._connected()  # a first hello must not carry this pin too
             self._pins[key] += 1
         try:
             answer = await self._call({"op": "ensure", "key": key, "pin": pin}, watch=f"shard {key!r}",
@@ -203,8 +204,9 @@ class AsyncNodeClient:
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide (one-way; the agent counts it before any later request)."""
+        link = await self._connected()
         self._pins[key] += 1
-        (await self._connected()).notify({"op": "pin", "key": key})
+        link.notify({"op": "pin", "key": key})
 
     async def unpin(self, key: str) -> None:
         """Release one pin of ``key`` (one-way)."""
@@ -287,7 +289,9 @@ class AsyncNodeClient:
                            deadline=deadline),
                 timeout + min(5.0, 0.5 + timeout / 2),  # the agent answers first unless it hangs
             )
-        except asyncio.TimeoutError:
+        except asyncio.TimeoutError as exc:
+            if isinstance(exc, CoordinationError):  # the agent's or the watchdog's own answer
+                raise
             raise BarrierTimeout(f"barrier {name!r}: no answer from the node agent {self.address} "
                                  f"within {timeout}s") from None
 
@@ -311,6 +315,9 @@ class AsyncNodeClient:
             except AgentLost:
                 if not retry or attempt >= _MAX_REELECTIONS:
                     raise
+                message["pin"] = False if "pin" in message else None  # the new hello re-sent our pins
+                if message["pin"] is None:
+                    del message["pin"]
         raise AssertionError("unreachable")
 
     async def _connected(self) -> _Link:

@@ -133,3 +133,44 @@ async def start_rank(spec: dict[str, Any], log_dir: Path) -> RankProc:
 
 def config_dict(config: CoordConfig) -> dict[str, Any]:
     return {k: getattr(config, k) for k in config.__dataclass_fields__}
+
+
+class GateProvider:
+    """A fake ShardProvider whose downloads wait until the test opens their gate."""
+
+    def __init__(self, root: str) -> None:
+        self.root = root
+        self.calls: Counter[str] = Counter()
+        self.gates: dict[str, asyncio.Event] = {}
+        self.errors: dict[str, Exception] = {}
+        self.present: set[str] = set()
+        self.pins: dict[str, int] = {}
+        self.rebuilt = 0
+        self.closed = 0
+
+    def gate(self, key: str) -> asyncio.Event:
+        return self.gates.setdefault(key, asyncio.Event())
+
+    async def rebuild(self) -> None:
+        self.rebuilt += 1
+
+    def lookup(self, key: str) -> str | None:
+        return os.path.join(self.root, key) if key in self.present else None
+
+    async def ensure(self, key: str, stage: Any) -> str:
+        self.calls[key] += 1
+        stage("download")
+        await self.gate(key).wait()
+        if key in self.errors:
+            raise self.errors[key]
+        self.present.add(key)
+        return os.path.join(self.root, key)
+
+    def on_pins_changed(self, key: str, pins: int) -> None:
+        self.pins[key] = pins
+
+    def stats(self) -> dict[str, Any]:
+        return {"calls": sum(self.calls.values())}
+
+    async def aclose(self) -> None:
+        self.closed += 1
