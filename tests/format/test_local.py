@@ -115,7 +115,7 @@ def test_split(tmp_path: Path) -> None:
     _write(tmp_path / "ds" / "val", n=3)
     assert len(LocalDataset(tmp_path / "ds", split="train")) == 10
     assert len(LocalDataset(tmp_path / "ds", split="val")) == 3
-    with pytest.raises(IndexFormatError, match="no index.json"):
+    with pytest.raises(IndexFormatError, match=r"no index\.json"):
         LocalDataset(tmp_path / "ds")
 
 
