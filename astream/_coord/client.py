@@ -137,7 +137,8 @@ class AsyncNodeClient:
         self._policy = WatchPolicy(self.config.watch_warn_after, self.config.watch_fail_after)
         self._link: _Link | None = None
         self._lock: asyncio.Lock | None = None
-        self._pins: Counter[str] = Counter()
+        self._pins: Counter[str] = Counter()  # this client's pins per key
+        self._paths: dict[str, str] = {}  # local paths of the keys it holds pinned
         self._epoch_hint: int | None = None
         self._closed = False
         self._opened = False
@@ -181,6 +182,9 @@ class AsyncNodeClient:
     async def ensure(self, key: str, *, pin: bool = False) -> str:
         """Make shard ``key`` present in the node's cache (downloaded once per node); return its path.
 
+        A shard this client already holds pinned is answered here, without a round trip:
+        a pinned shard cannot be evicted.
+
         Args:
             key: the shard's name relative to the cache root.
             pin: also pin it (atomically: it cannot be evicted between ready and pinned).
@@ -189,33 +193,49 @@ class AsyncNodeClient:
             AstreamError: the provider's error (e.g. ``DownloadError``), as every waiter sees it.
             WatchdogTimeout: no answer within ``watch_fail_after``.
         """
+        known = self._paths.get(key) if self._pins[key] > 0 else None
+        if known is not None:
+            if pin:
+                self._pins[key] += 1
+            return known
+        agent_pins = False
         if pin:
             await self._connected()  # a first hello must not carry this pin too
+            agent_pins = self._pins[key] == 0  # the agent counts this client once per key
             self._pins[key] += 1
         try:
-            answer = await self._call({"op": "ensure", "key": key, "pin": pin}, watch=f"shard {key!r}",
+            answer = await self._call({"op": "ensure", "key": key, "pin": agent_pins}, watch=f"shard {key!r}",
                                       describe=lambda: self._inspect_shard(key))
         except BaseException:
             if pin:
                 await self.unpin(key)
             raise
         path: str = answer["path"]
+        if self._pins[key] > 0:
+            self._paths[key] = path
         return path
 
     async def pin(self, key: str) -> None:
-        """Pin ``key`` node-wide (one-way; the agent counts it before any later request)."""
+        """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
+
+        Pins are counted here; the agent hears only of this client's first pin and last
+        unpin of a key (one-way messages, no round trip).
+        """
         link = await self._connected()
         self._pins[key] += 1
-        link.notify({"op": "pin", "key": key})
+        if self._pins[key] == 1:
+            link.notify({"op": "pin", "key": key})
 
     async def unpin(self, key: str) -> None:
-        """Release one pin of ``key`` (one-way)."""
+        """Release one pin of ``key``; unknown keys are ignored."""
         if self._pins[key] <= 0:
             self._pins.pop(key, None)
             return
         self._pins[key] -= 1
-        if not self._pins[key]:
-            del self._pins[key]
+        if self._pins[key]:
+            return
+        del self._pins[key]
+        self._paths.pop(key, None)
         if self._link is not None and not self._link.lost:
             self._link.notify({"op": "unpin", "key": key})
 
@@ -370,7 +390,7 @@ class AsyncNodeClient:
         try:
             answer = await link.request({
                 "op": "hello", "member": self.member, "pid": os.getpid(),
-                "epoch_hint": self._epoch_hint, "pins": list(self._pins.elements()),
+                "epoch_hint": self._epoch_hint, "pins": sorted(self._pins),
             })
         except BaseException as exc:
             link.close()

@@ -91,9 +91,15 @@ async def test_ensure_downloads_once_and_answers_every_waiter(node: Node) -> Non
     assert paths == [os.path.join(node.local, "s0")] * 5
     assert node.provider.calls["s0"] == 1
     assert node.provider.pins["s0"] == 5
-    assert await clients[1].ensure("s0") == paths[0]  # cached: answered from lookup
+    assert await clients[1].ensure("s0", pin=True) == paths[0]  # held pinned: answered by the client itself
+    assert await node.client("fresh").ensure("s0") == paths[0]  # cached: answered from lookup
     stats = await clients[0].stats()
-    assert (stats["fetches"], stats["coalesced"], stats["hits"]) == (1, 4, 1)
+    assert (stats["op_ensure"], stats["fetches"], stats["coalesced"], stats["hits"]) == (6, 1, 4, 1)
+    assert node.provider.pins["s0"] == 5  # the agent counts each client once per key
+    await clients[1].unpin("s0")
+    await clients[1].unpin("s0")
+    await clients[0].stats()
+    assert node.provider.pins["s0"] == 4
 
 
 async def test_ensure_error_reaches_every_waiter_and_unpins(node: Node) -> None:

@@ -1,0 +1,271 @@
+"""Benchmarks of per-node coordination (issue 5). Results: docs/bench/coord.md.
+
+Three measurements, each the median of several runs:
+
+1. ``ensure`` latency of a shard already in the cache, one client, over the socket
+   (target: median < 200 µs);
+2. 8 ranks reading a warm cache through the agent (``ensure(pin=True)`` + read + unpin per
+   shard) vs the same 8 ranks reading the files directly (target: >= 90 %);
+3. the busy leader: 8 reader ranks through the agent (small shards: one round trip per
+   256 KiB, so the agent's responsiveness shows) while the leader spins in pure Python. Baseline: the same spin in a process that is *not* the leader (same CPU
+   contention, no GIL shared with the agent). Target: <= 10 % slowdown. The same run
+   with the agent on a thread of the spinning leader shows why the agent is a process.
+
+Usage::
+
+    python benchmarks/coord_bench.py [--runs 5] [--ranks 8] [--shards 32] [--shard-mb 2] [--passes 4]
+                                     [--small-shards 64] [--small-shard-mb 0.25] [--json out.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from astream._coord.client import AsyncNodeClient
+from astream._coord.config import CoordConfig
+from astream._coord.launch import new_event_loop
+from astream._coord.provider import SimpleProviderFactory
+from astream._coord.world import World
+
+CONFIG = CoordConfig(agent_linger=0.5, watch_warn_after=60.0)
+
+
+# -- roles run in subprocesses ----------------------------------------------------------
+
+
+def _read(path: str) -> int:
+    with open(path, "rb", buffering=0) as f:
+        size = 0
+        while chunk := f.read(1 << 20):
+            size += len(chunk)
+        return size
+
+
+async def reader(spec: dict[str, Any]) -> dict[str, Any]:
+    """Read every shard ``passes`` times, directly or through the agent; time it."""
+    keys: list[str] = spec["keys"]
+    config = CoordConfig(**spec["config"])
+    node = None
+    if spec["mode"] != "direct":
+        world = World(rank=spec["rank"], world_size=spec["ranks"], local_rank=spec["rank"], ranks_per_node=spec["ranks"])
+        node = AsyncNodeClient(spec["local"], SimpleProviderFactory(spec["remote"], spec["local"]),
+                               run_id=spec["run_id"], world=world, config=config)
+        await node.aconnect()
+    await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
+    start = time.time()
+    total = 0
+    for _ in range(spec["passes"]):
+        if node is None:
+            for key in keys:
+                total += _read(os.path.join(spec["local"], key))
+        elif spec["mode"] == "agent":
+            for key in keys:
+                async with node.pinned(key) as path:
+                    total += _read(path)
+        else:  # agent-ahead: ask for the next shard before reading this one, as a loader does
+            ahead = asyncio.ensure_future(node.ensure(keys[0], pin=True))
+            for i, key in enumerate(keys):
+                path = await ahead
+                if i + 1 < len(keys):
+                    ahead = asyncio.ensure_future(node.ensure(keys[i + 1], pin=True))
+                total += _read(path)
+                await node.unpin(key)
+    end = time.time()
+    if node is not None:
+        await node.aclose()
+    return {"bytes": total, "start": start, "end": end}
+
+
+async def spinner(spec: dict[str, Any]) -> dict[str, Any]:
+    """Join the node (as leader if first), then spin in pure Python until ``stop_at``."""
+    config = CoordConfig(**spec["config"])
+    node = AsyncNodeClient(spec["local"], SimpleProviderFactory(spec["remote"], spec["local"]),
+                           run_id=spec["run_id"], world=World(), member="spinner", config=config)
+    await node.aconnect()
+    print(json.dumps({"joined": True, "leader": node.started_agents > 0}), flush=True)
+    await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
+    loops = 0
+    while time.time() < spec["stop_at"]:
+        sum(range(2000))  # holds the GIL
+        loops += 1
+    await node.aclose()
+    return {"loops": loops}
+
+
+def role_main(role: str, spec: dict[str, Any]) -> None:
+    loop = new_event_loop()
+    try:
+        result = loop.run_until_complete(reader(spec) if role == "reader" else spinner(spec))
+    finally:
+        loop.close()
+    print(json.dumps(result), flush=True)
+
+
+# -- orchestration ----------------------------------------------------------------------
+
+
+async def spawn(role: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--role", role, json.dumps(spec), stdout=asyncio.subprocess.PIPE,
+    )
+
+
+async def last_json(proc: asyncio.subprocess.Process) -> dict[str, Any]:
+    out, _ = await proc.communicate()
+    result: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return result
+
+
+def make_dataset(root: Path, shards: int, shard_mb: float) -> list[str]:
+    remote = root / "remote"
+    remote.mkdir()
+    keys = []
+    for i in range(shards):
+        key = f"shard.{i:05d}.mds"
+        (remote / key).write_bytes(os.urandom(int(shard_mb * (1 << 20))))
+        keys.append(key)
+    return keys
+
+
+async def warm(local: str, remote: str, run_id: str, keys: list[str]) -> None:
+    async with AsyncNodeClient(local, SimpleProviderFactory(remote, local), run_id=run_id, world=World(),
+                               member="warmer", config=CONFIG) as node:
+        for key in keys:
+            await node.ensure(key)
+    for key in keys:  # and into the page cache
+        _read(os.path.join(local, key))
+
+
+async def ensure_latency(local: str, remote: str, key: str, calls: int) -> float:
+    async with AsyncNodeClient(local, SimpleProviderFactory(remote, local), run_id=f"lat-{uuid.uuid4().hex[:8]}",
+                               world=World(), config=CONFIG) as node:
+        await node.ensure(key)
+        for _ in range(200):
+            await node.ensure(key)
+        samples = []
+        for _ in range(calls):
+            t = time.perf_counter()
+            await node.ensure(key)
+            samples.append(time.perf_counter() - t)
+    return statistics.median(samples) * 1e6
+
+
+async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mode: str, *,
+                      spin: str | None = None, agent_mode: str = "process") -> float:
+    """Aggregate MB/s of ``args.ranks`` readers. ``spin``: None, "leader" or "follower"."""
+    local, remote = str(root / "cache"), str(root / "remote")
+    run_id = f"bench-{uuid.uuid4().hex[:8]}"
+    config = replace(CONFIG, agent_mode=agent_mode)  # type: ignore[arg-type]
+    start_at = time.time() + 1.5 + args.ranks * 0.15
+    base = {"local": local, "remote": remote, "run_id": run_id, "config": _cfg(config), "ranks": args.ranks,
+            "passes": args.passes, "start_at": start_at}
+    hold = None
+    spin_proc = None
+    if spin == "follower":  # someone else is the leader: this idle process starts the agent
+        hold = AsyncNodeClient(local, SimpleProviderFactory(remote, local), run_id=run_id, world=World(),
+                               member="holder", config=config)
+        await hold.aconnect()
+    if spin is not None:
+        spin_proc = await spawn("spinner", {**base, "stop_at": start_at + 600})
+        assert spin_proc.stdout is not None
+        joined = json.loads(await spin_proc.stdout.readline())
+        assert joined["leader"] == (spin == "leader"), joined
+    procs = [
+        await spawn("reader", {**base, "rank": r, "mode": mode, "keys": keys[r % len(keys):] + keys[: r % len(keys)]})
+        for r in range(args.ranks)
+    ]
+    results = [await last_json(p) for p in procs]
+    if spin_proc is not None:
+        spin_proc.kill()
+        await spin_proc.wait()
+    if hold is not None:
+        await hold.aclose()
+    total = sum(r["bytes"] for r in results)
+    wall = max(r["end"] for r in results) - min(r["start"] for r in results)
+    return total / wall / 1e6
+
+
+def _cfg(config: CoordConfig) -> dict[str, Any]:
+    return {k: getattr(config, k) for k in config.__dataclass_fields__}
+
+
+async def main(args: argparse.Namespace) -> dict[str, Any]:
+    results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "cpus": os.cpu_count()}
+    with tempfile.TemporaryDirectory(prefix="coordbench") as tmp:
+        big, small = Path(tmp) / "big", Path(tmp) / "small"
+        big.mkdir()
+        small.mkdir()
+        big_keys = make_dataset(big, args.shards, args.shard_mb)
+        small_keys = make_dataset(small, args.small_shards, args.small_shard_mb)
+        for root, keys in ((big, big_keys), (small, small_keys)):
+            await warm(str(root / "cache"), str(root / "remote"), "warm", keys)
+        results["ensure_us"] = [
+            round(await ensure_latency(str(big / "cache"), str(big / "remote"), big_keys[0], args.calls), 1)
+            for _ in range(args.runs)
+        ]
+        print("ensure median µs per run:", results["ensure_us"], flush=True)
+        scenarios: dict[str, tuple[Path, list[str], dict[str, Any]]] = {
+            # 2: throughput of a warm cache, big shards
+            "direct": (big, big_keys, {"mode": "direct"}),
+            "agent": (big, big_keys, {"mode": "agent"}),
+            "agent_ahead": (big, big_keys, {"mode": "agent-ahead"}),
+            # 3: busy leader, small shards (one agent round trip per 256 KiB stresses the agent)
+            "small_no_spin": (small, small_keys, {"mode": "agent"}),
+            "small_spin_follower": (small, small_keys, {"mode": "agent", "spin": "follower"}),
+            "small_spin_leader": (small, small_keys, {"mode": "agent", "spin": "leader"}),
+            "small_spin_leader_thread_agent": (small, small_keys, {"mode": "agent", "spin": "leader",
+                                                                    "agent_mode": "thread"}),
+        }
+        runs: dict[str, list[float]] = {name: [] for name in scenarios}
+        for i in range(args.runs):  # interleaved, so drift on a shared machine hits all alike
+            for name, (root, keys, kw) in scenarios.items():
+                runs[name].append(round(await readers_run(args, root, keys, **kw), 1))
+            print(f"run {i + 1}:", {k: v[-1] for k, v in runs.items()}, flush=True)
+    results["mb_per_s"] = runs
+    med = {k: statistics.median(v) for k, v in runs.items()}
+    results["median_mb_per_s"] = med
+    results["summary"] = {
+        "ensure_median_us": statistics.median(results["ensure_us"]),
+        "agent_vs_direct": round(med["agent"] / med["direct"], 3),
+        "agent_ahead_vs_direct": round(med["agent_ahead"] / med["direct"], 3),
+        "busy_leader_slowdown": round(1 - med["small_spin_leader"] / med["small_spin_follower"], 3),
+        "busy_thread_agent_slowdown": round(1 - med["small_spin_leader_thread_agent"] / med["small_spin_follower"], 3),
+        "any_spinner_slowdown": round(1 - med["small_spin_follower"] / med["small_no_spin"], 3),
+    }
+    return results
+
+
+if __name__ == "__main__":
+    if len(sys.argv) > 2 and sys.argv[1] == "--role":
+        role_main(sys.argv[2], json.loads(sys.argv[3]))
+        sys.exit(0)
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--ranks", type=int, default=8)
+    parser.add_argument("--shards", type=int, default=32)
+    parser.add_argument("--shard-mb", type=float, default=2.0)
+    parser.add_argument("--passes", type=int, default=4)
+    parser.add_argument("--small-shards", type=int, default=64)
+    parser.add_argument("--small-shard-mb", type=float, default=0.25)
+    parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--json", type=Path, help="also write the results here")
+    ns = parser.parse_args()
+    loop = new_event_loop()
+    try:
+        out = loop.run_until_complete(main(ns))
+    finally:
+        loop.close()
+    print(json.dumps(out["summary"], indent=2))
+    if ns.json:
+        ns.json.write_text(json.dumps(out, indent=2))
