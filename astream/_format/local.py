@@ -81,6 +81,7 @@ class LocalDataset:
         self._open: OrderedDict[int, tuple[ShardReader, int]] = OrderedDict()
         self._decompressed_bytes = 0
         self._lock = threading.Lock()
+        self._hot: tuple[int, int, ShardReader] | None = None
 
     def _check_shard(self, info: ShardInfo) -> RecordLayout:
         source = self.index.source
@@ -148,8 +149,14 @@ class LocalDataset:
             ShardFormatError, HashMismatchError, CompressionError: its shard is bad.
             EncodingError: a value does not decode.
         """
-        shard, offset = self._locate(operator.index(index))
-        return self.shard(shard).get(offset)
+        i = operator.index(index)
+        hot = self._hot  # sequential and local reads hit the same shard: skip the lookup
+        if hot is not None and hot[0] <= i < hot[1]:
+            return hot[2].get(i - hot[0])
+        shard, offset = self._locate(i)
+        reader = self.shard(shard)
+        self._hot = (self._starts[shard], self._starts[shard + 1], reader)
+        return reader.get(offset)
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         for shard in range(self.num_shards):
@@ -276,6 +283,7 @@ class LocalDataset:
         with self._lock:
             readers = [reader for reader, _ in self._open.values()]
             self._open.clear()
+            self._hot = None
             self._decompressed_bytes = 0
         for reader in readers:
             reader.close()

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._format.encodings import Encoding
 from astream._format.record import RecordLayout, first_error_column
 from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError
 
@@ -198,7 +199,7 @@ class ShardReader:
             ConfigError: the index is out of range.
             EncodingError: a column's bytes do not decode (names the sample and column).
         """
-        i = self._check(index)
+        i = index if 0 <= index < self.num_samples else self._check(index)
         (begin,) = _OFFSET.unpack_from(self._view, 4 + 4 * i)
         try:
             return self.layout.decode(self._view, begin)
@@ -244,7 +245,7 @@ class ShardReader:
             if enc.batchable and size is not None:
                 out[name] = enc.decode_block(self._gather(pos, size))
             else:
-                out[name] = self._decode_each(name, enc.decode_unchecked, idx, pos, length)
+                out[name] = self._decode_each(name, enc, idx, pos, length)
             pos = pos + length
         return out
 
@@ -260,7 +261,7 @@ class ShardReader:
                 out[name] = enc.decode_block(block)
             else:
                 pos = self._offsets[idx] + start
-                out[name] = self._decode_each(name, enc.decode_unchecked, idx, pos, np.full(len(idx), size))
+                out[name] = self._decode_each(name, enc, idx, pos, np.full(len(idx), size))
             start += size
         return out
 
@@ -274,23 +275,29 @@ class ShardReader:
         return out
 
     def _decode_each(
-        self, name: str, decode: Any, idx: npt.NDArray[np.int64],
+        self, name: str, enc: Encoding, idx: npt.NDArray[np.int64],
         starts: npt.NDArray[np.int64], lengths: npt.NDArray[np.int64],
     ) -> list[Any]:
-        view = self._view
-        values = []
-        for k, (start, length) in enumerate(zip(starts.tolist(), lengths.tolist(), strict=True)):
+        begin = starts.tolist()
+        end = (starts + lengths).tolist()
+        try:
+            return enc.decode_spans(self._view, begin, end)
+        except AstreamError:
+            raise
+        except Exception:
+            pass  # find the sample that fails, for the message
+        for k, (a, b) in enumerate(zip(begin, end, strict=True)):
             try:
-                values.append(decode(view[start : start + length]))
+                enc.decode_unchecked(self._view[a:b])
             except AstreamError:
                 raise
             except Exception as exc:
-                spec = self.layout.specs[self.layout.names.index(name)]
                 raise EncodingError(
                     f"{self.name} (shard {self.shard}), sample {int(idx[k])}, column {name!r}: cannot decode "
-                    f"as {spec!r} ({type(exc).__name__}: {exc}); the shard is corrupt: delete it so it is fetched again"
+                    f"as {enc.name!r} ({type(exc).__name__}: {exc}); the shard is corrupt: delete it so it is "
+                    "fetched again"
                 ) from exc
-        return values
+        raise AssertionError("decode_spans failed but every value decodes alone")  # pragma: no cover
 
     def close(self) -> None:
         """Release the buffer (unmaps an mmap). Idempotent."""

@@ -82,6 +82,14 @@ class Encoding(ABC):
                 f"cannot decode {len(data)} bytes as {self.name!r} ({type(exc).__name__}: {exc})"
             ) from exc
 
+    def decode_spans(self, view: memoryview, starts: list[int], ends: list[int]) -> list[Any]:
+        """Decode the values at ``view[starts[k]:ends[k]]``; may raise like :meth:`decode_unchecked`.
+
+        Encodings override this with a tighter loop where it pays (``bytes``, ``str``).
+        """
+        decode = self.decode_unchecked
+        return [decode(view[a:b]) for a, b in zip(starts, ends, strict=True)]
+
     def decode_block(self, block: npt.NDArray[np.uint8]) -> npt.NDArray[Any]:
         """Decode ``n`` values from a C-contiguous ``(n, size)`` uint8 block in one step.
 

@@ -56,6 +56,9 @@ class BytesEncoding(Encoding):
     def decode_unchecked(self, data: Buffer) -> bytes:
         return bytes(data)
 
+    def decode_spans(self, view: memoryview, starts: list[int], ends: list[int]) -> list[Any]:
+        return [bytes(view[a:b]) for a, b in zip(starts, ends, strict=True)]
+
 
 class StrEncoding(Encoding):
     """``str``: UTF-8 text."""
@@ -63,7 +66,7 @@ class StrEncoding(Encoding):
     name = "str"
 
     def encode(self, value: Any) -> bytes:
-        if not isinstance(value, str):
+        if type(value) is not str and not isinstance(value, str):
             raise self.reject(value, "takes a str")
         try:
             return value.encode("utf-8")
@@ -72,6 +75,9 @@ class StrEncoding(Encoding):
 
     def decode_unchecked(self, data: Buffer) -> str:
         return str(data, "utf-8")
+
+    def decode_spans(self, view: memoryview, starts: list[int], ends: list[int]) -> list[Any]:
+        return [str(view[a:b], "utf-8") for a, b in zip(starts, ends, strict=True)]
 
 
 class IntEncoding(Encoding):
@@ -83,6 +89,8 @@ class IntEncoding(Encoding):
     shape = ()
 
     def encode(self, value: Any) -> bytes:
+        if type(value) is int and -(1 << 63) <= value < (1 << 63):  # the common case, fast
+            return value.to_bytes(8, "little", signed=True)
         if not _is_integer(value):
             raise self.reject(value, "takes an int")
         number = int(value)
