@@ -39,7 +39,6 @@ __all__ = ["Partition", "get_partitions", "make_partition"]
 Int64Array = NDArray[np.int64]
 logger = logging.getLogger(__name__)
 
-_CHUNK = 1 << 20  # entries computed at a time when filling a whole tensor
 
 
 def _divisibility_error(num_canonical_nodes: int, num_physical_nodes: int) -> ConfigError:
@@ -122,6 +121,48 @@ class _Orig:
         return cls(n, c, p, r, w, b, drop, row, pad, pad_src, pad_src_width, degenerate,
                    node_len, rank_pad, tiles, rank_len, batches)
 
+    def interleaved(self) -> Int64Array:
+        """The ``C x S'`` matrix read column by column (step 2), before ``drop_first``.
+
+        Built directly in column-major order, one O(epoch) array, no transposed copies.
+        """
+        c, width = self.ncn, self.row + self.pad
+        cols = np.arange(width, dtype=np.int64)[:, None]
+        rows = np.arange(c, dtype=np.int64)[None, :]
+        if self.degenerate:
+            return ((rows * width + cols) % self.num_samples).reshape(-1)
+        starts = rows * self.num_samples // c
+        out = (cols + starts).reshape(-1)
+        stops = (rows + 1) * self.num_samples // c
+        short = np.flatnonzero((stops - starts)[0] < self.row)
+        out[(self.row - 1) * c + short] -= 1
+        for col in range(self.row, width):
+            src = self.pad_src + min(col - self.row, self.pad_src_width - 1)
+            out[col * c : (col + 1) * c] = out[src * c : (src + 1) * c]
+        return out
+
+    def fill(self, out: Int64Array) -> None:
+        """Write the whole ``(P, R, W, batches, B)`` tensor into ``out`` (C-contiguous).
+
+        Rank ``(p, r)`` reads the interleaved list with stride ``R*P`` from ``r*P + p``;
+        only the last entry of a rank can be a rank-padding copy, computed separately.
+        """
+        flat = self.interleaved()[self.drop :]
+        nodes, ranks, w, b = self.nodes, self.ranks, self.workers, self.batch
+        chunk = w * b
+        for p in range(nodes):
+            for r in range(ranks):
+                main = max(-(-(self.node_len - r) // ranks), 0)  # entries with k*R + r < L
+                main = min(main, self.rank_len)
+                seq = flat[r * nodes + p :: ranks * nodes][:main]
+                dest = out[p, r].transpose(1, 0, 2)  # (batches, workers, B) view
+                whole = main // chunk
+                dest[:whole] = seq[: whole * chunk].reshape(whole, w, b)
+                tail_k = np.arange(whole * chunk, self.batches * chunk, dtype=np.int64)
+                if len(tail_k):
+                    tail = self.values(p, r, tail_k)
+                    dest[whole:] = tail.reshape(-1, w, b)
+
     def values(self, node: Int64Array | int, rank: Int64Array | int, k: Int64Array) -> Int64Array:
         """Entry ``k`` of rank ``(node, rank)``'s list (``-1`` past its end)."""
         valid = k < self.rank_len
@@ -182,16 +223,20 @@ class Partition:
         return self._at(node, rank, worker, 0, self.shape[3])
 
     def array(self) -> Int64Array:
-        """The whole int64 tensor, filled in bounded chunks."""
+        """The whole int64 tensor."""
         out = np.empty(self.shape, np.int64)
+        base = self._base
+        if (self.shape[0], self.shape[4]) == (base.nodes, base.batch):
+            base.fill(out)
+            return out
+        # Re-dealt relaxed layout: each (batch, worker) step covers one global batch in both
+        # layouts, in (node, rank, sample) order, so the steps are copied over reshaped.
         nodes, ranks, workers, batches, size = self.shape
-        step = max(_CHUNK // max(size, 1), 1)
-        for p in range(nodes):
-            for r in range(ranks):
-                for w in range(workers):
-                    for lo in range(0, batches, step):
-                        hi = min(lo + step, batches)
-                        out[p, r, w, lo:hi] = self._at(p, r, w, lo, hi).reshape(hi - lo, size)
+        initial = np.empty((base.nodes, ranks, workers, batches, base.batch), np.int64)
+        base.fill(initial)
+        for w in range(workers):
+            step = initial[:, :, w].transpose(2, 0, 1, 3).reshape(batches, nodes, ranks, size)
+            out[:, :, w].transpose(2, 0, 1, 3)[...] = step
         return out
 
 
