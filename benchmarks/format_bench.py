@@ -10,7 +10,9 @@ Three datasets, written once per run by each writer from the same in-memory samp
 
 Reads go over the files astream wrote (byte-identical to the peer's): per-sample
 ``ds[i]`` in a random order, then ``get_batch`` of 256 random ids; the peer's
-``LocalDataset[i]`` reads the same ids. Figures are medians of ``--runs`` runs. The peer
+``LocalDataset[i]`` reads the same ids. Figures are medians of ``--runs`` runs. astream's
+writer fsyncs every shard and index.json (the peer's does not); a second astream write
+row with fsync stubbed out shows what that durability costs. The peer
 side runs only where ``streaming`` is importable (e.g. /work/peer-venv/bin/python).
 
     python benchmarks/format_bench.py                 # ~50 MB per dataset, 3 runs
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import importlib.util
+import os
 import shutil
 import statistics
 import sys
@@ -77,11 +80,23 @@ def _timed(fn: Callable[[], Any]) -> float:
     return time.perf_counter() - start
 
 
-def _write(writer_cls: Callable[..., Any], out: Path, columns: dict[str, str], samples: list[dict[str, Any]]) -> None:
+def _write(writer_cls: Callable[..., Any], out: Path, columns: dict[str, str], samples: list[dict[str, Any]]) -> float:
     shutil.rmtree(out, ignore_errors=True)
+    start = time.perf_counter()
     with writer_cls(out=str(out), columns=columns, size_limit=SIZE_LIMIT) as writer:
         for sample in samples:
             writer.write(sample)
+    return time.perf_counter() - start
+
+
+def _write_without_fsync(out: Path, columns: dict[str, str], samples: list[dict[str, Any]]) -> float:
+    """astream's writer with fsync stubbed out: how much of its time is durability."""
+    real = os.fsync
+    os.fsync = lambda fd: None
+    try:
+        return _write(MDSWriter, out, columns, samples)
+    finally:
+        os.fsync = real
 
 
 def _collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -106,9 +121,10 @@ def _bench(name: str, columns: dict[str, str], samples: list[dict[str, Any]], wo
     batches = [order[k : k + BATCH] for k in range(0, n, BATCH)]
     ours_dir, theirs_dir = work / f"{name}-astream", work / f"{name}-peer"
     for _ in range(runs):
-        add("write astream", _timed(lambda: _write(MDSWriter, ours_dir, columns, samples)))
+        add("write astream (no fsync)", _write_without_fsync(ours_dir, columns, samples))
+        add("write astream", _write(MDSWriter, ours_dir, columns, samples))
         if peer is not None:
-            add("write peer", _timed(lambda: _write(peer.MDSWriter, theirs_dir, columns, samples)))
+            add("write peer", _write(peer.MDSWriter, theirs_dir, columns, samples))
         with LocalDataset(ours_dir) as ds:
             ds.get_batch([0])  # open lazily-mapped shards outside the timed region: both sides
             for shard in range(ds.num_shards):
@@ -165,7 +181,8 @@ def _ratios(name: str, m: dict[str, float]) -> None:
     if "get peer" in m:
         RATIOS.append(f"- {name}: astream get / peer get = {m['get peer'] / m['get astream']:.1f}x faster")
         RATIOS.append(f"- {name}: astream get_batch / peer get = {m['get peer'] / m['get_batch astream']:.1f}x faster")
-        RATIOS.append(f"- {name}: write time astream / peer = {m['write astream'] / m['write peer']:.2f}")
+        RATIOS.append(f"- {name}: write time astream / peer = {m['write astream'] / m['write peer']:.2f} "
+                      f"(without fsync: {m['write astream (no fsync)'] / m['write peer']:.2f})")
 
 
 if __name__ == "__main__":

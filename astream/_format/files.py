@@ -8,13 +8,16 @@ from __future__ import annotations
 
 import contextlib
 import os
+import threading
+from collections.abc import Sequence
 
-__all__ = ["TMP_SUFFIX", "atomic_write"]
+__all__ = ["TMP_SUFFIX", "BackgroundCommit", "atomic_write", "fsync_dir"]
 
 TMP_SUFFIX = ".tmp"
 
 
-def _fsync_dir(directory: str) -> None:
+def fsync_dir(directory: str) -> None:
+    """Make the renames done in ``directory`` durable (best effort where unsupported)."""
     # Not every platform can open a directory (Windows); there the rename is what we get.
     with contextlib.suppress(OSError):
         fd = os.open(directory, os.O_RDONLY)
@@ -24,8 +27,15 @@ def _fsync_dir(directory: str) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str, data: bytes | memoryview) -> None:
+def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
+
+    Args:
+        path: the final file name.
+        data: the whole content.
+        sync_dir: also fsync the directory, making the rename itself durable. A writer of
+            many files can skip it per file and call :func:`sync_dir` once before the file
+            that makes the others reachable (MDS: index.json).
 
     Raises:
         OSError: the disk refused; no temporary file is left behind.
@@ -41,4 +51,52 @@ def atomic_write(path: str, data: bytes | memoryview) -> None:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    _fsync_dir(os.path.dirname(os.path.abspath(path)))
+    if sync_dir:
+        fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+class BackgroundCommit:
+    """An atomic write whose slow half (fsync + rename) runs on a helper thread.
+
+    The data is written to the temporary file at once (into the page cache, fast); the
+    fsync, which waits for the disk, then overlaps with whatever the caller does next.
+    :meth:`wait` joins the thread and re-raises its error. fsync releases the GIL, so the
+    thread costs the caller almost nothing.
+    """
+
+    def __init__(self, path: str, pieces: Sequence[bytes | memoryview]) -> None:
+        self.path = path
+        self._tmp = f"{path}.{os.getpid()}{TMP_SUFFIX}"
+        self._error: BaseException | None = None
+        try:
+            with open(self._tmp, "wb") as fh:
+                fh.writelines(pieces)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+            raise
+        self._thread = threading.Thread(target=self._commit, name=f"astream-commit-{os.path.basename(path)}", daemon=True)
+        self._thread.start()
+
+    def _commit(self) -> None:
+        try:
+            fd = os.open(self._tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(self._tmp, self.path)
+        except BaseException as exc:  # handed to the caller's thread by wait()
+            self._error = exc
+            with contextlib.suppress(OSError):
+                os.unlink(self._tmp)
+
+    def wait(self) -> None:
+        """Block until the file is durable and in place.
+
+        Raises:
+            OSError: the fsync or rename failed; the temporary file is gone.
+        """
+        self._thread.join()
+        if self._error is not None:
+            raise self._error

@@ -10,6 +10,7 @@ and upload from :meth:`MDSWriter._after_shard` and :meth:`MDSWriter._after_index
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -21,8 +22,8 @@ from typing import Any
 import numpy as np
 
 from astream._format.compression import Codec, get_codec
-from astream._format.files import atomic_write
-from astream._format.hashing import check_algorithm, hash_bytes
+from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
+from astream._format.hashing import check_algorithm, new_hasher
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._format.record import RecordLayout
 from astream._units import parse_bytes
@@ -103,6 +104,7 @@ class MDSWriter:
         self._shards: list[ShardInfo] = []
         self._num_written = 0
         self._finished = False
+        self._pending: BackgroundCommit | None = None
 
     # --- hooks for subclasses (the storage layer uploads from here) -------------------
 
@@ -159,7 +161,10 @@ class MDSWriter:
         self._finished = True
         if self._records:
             self._flush()
+        self._settle()
         path = os.path.join(self.local, INDEX_NAME)
+        # Shard renames become durable here, before the index that makes them reachable.
+        fsync_dir(self.local)
         atomic_write(path, Index(tuple(self._shards), path).dumps())
         self._after_index(path)
 
@@ -167,6 +172,11 @@ class MDSWriter:
         """Stop without writing index.json (the finished shards stay on disk). Idempotent."""
         self._finished = True
         self._records = []
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            # Let the last shard land (it is complete); its error, if any, is not the story.
+            with contextlib.suppress(OSError):
+                pending.wait()
 
     def __enter__(self) -> MDSWriter:
         return self
@@ -208,31 +218,38 @@ class MDSWriter:
         except OSError as exc:
             raise ConfigError(f"out={self.local!r}: cannot create the directory: {exc}") from exc
 
-    def _encode_shard(self) -> bytes:
+    def _shard_pieces(self) -> list[bytes]:
+        """The shard file as pieces (header, config, records), to hash and write without a join."""
         records = self._records
         header = 4 + 4 * (len(records) + 1) + len(self._config_bytes)
         sizes = np.fromiter((len(r) for r in records), np.int64, len(records))
         offsets = np.concatenate(([0], np.cumsum(sizes))) + header
         head = np.uint32(len(records)).tobytes() + offsets.astype("<u4").tobytes()
-        return b"".join((head, self._config_bytes, *records))
+        return [head, self._config_bytes, *records]
 
-    def _file_info(self, basename: str, data: bytes) -> FileInfo:
-        return FileInfo(basename, len(data), {algo: hash_bytes(algo, data) for algo in self.hashes})
+    def _file_info(self, basename: str, pieces: list[bytes]) -> FileInfo:
+        digests = {}
+        for algo in self.hashes:
+            hasher = new_hasher(algo)
+            for piece in pieces:
+                hasher.update(piece)
+            digests[algo] = hasher.hexdigest()
+        return FileInfo(basename, sum(map(len, pieces)), digests)
 
     def _flush(self) -> None:
         position = len(self._shards)
         raw_name = f"shard.{position:05}.{_FORMAT}"
-        raw = self._encode_shard()
-        raw_info = self._file_info(raw_name, raw)
+        pieces = self._shard_pieces()
+        raw_info = self._file_info(raw_name, pieces)
         zip_info = None
+        stored_name = raw_name
         if self._codec is not None:
             stored_name = f"{raw_name}.{self._codec.extension}"
-            stored = self._codec.compress(raw)
-            zip_info = self._file_info(stored_name, stored)
-        else:
-            stored_name, stored = raw_name, raw
-        path = os.path.join(self.local, stored_name)
-        atomic_write(path, stored)
+            pieces = [self._codec.compress(b"".join(pieces))]
+            zip_info = self._file_info(stored_name, pieces)
+        self._settle()
+        # The file is written now; its fsync and rename overlap with encoding the next shard.
+        self._pending = BackgroundCommit(os.path.join(self.local, stored_name), pieces)
         self._shards.append(
             ShardInfo(
                 index=position, format=_FORMAT, samples=len(self._records), raw_data=raw_info,
@@ -243,4 +260,10 @@ class MDSWriter:
         )
         self._records = []
         self._shard_size = self._shard_overhead
-        self._after_shard([path])
+
+    def _settle(self) -> None:
+        """Wait for the previous shard to be durable and in place, then run the hook."""
+        pending, self._pending = self._pending, None
+        if pending is not None:
+            pending.wait()
+            self._after_shard([pending.path])
