@@ -171,6 +171,23 @@ class EpochPlan:
         nodes, ranks, workers, batches, size = self._merged.shape
         return nodes, ranks, workers, batches, size
 
+    @property
+    def state_initial_physical_nodes(self) -> int:
+        """``initial_physical_nodes`` for a resumption state: the first run's node count."""
+        return self.num_physical_nodes if self.initial_physical_nodes is None else self.initial_physical_nodes
+
+    @cached_property
+    def shard_bounds(self) -> Int64Array:
+        """Global id of the first sample of every shard (streams in order), plus the total."""
+        sizes = np.concatenate([s.shard_sizes for s in self.streams])
+        return np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes, dtype=np.int64)])
+
+    def shard_of(self, sample_ids: Int64Array) -> Int64Array:
+        """Global shard index of each sample id (``-1`` stays ``-1``); empty shards never match."""
+        ids = np.asarray(sample_ids, np.int64)
+        shards = np.searchsorted(self.shard_bounds, ids, side="right") - 1
+        return np.where(ids >= 0, shards, -1).astype(np.int64, copy=False)
+
     # --- the random batching path -------------------------------------------------------------
 
     @cached_property

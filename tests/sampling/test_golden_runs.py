@@ -64,3 +64,12 @@ def test_resumption(case: dict) -> None:
         seen = {i for c in first["consumed_per_rank"] for i in c}
         seen |= {i for o in run["per_rank_order_resumed_epoch"] for i in o}
         assert len(seen) == run["coverage_vs_uninterrupted_epoch"]["distinct_ids_seen"]
+
+
+def test_shard_of_follows_the_layout() -> None:
+    plan = EpochPlan([{"shard_sizes": [3, 0, 2]}, {"shard_sizes": [4]}], batch_size=2)
+    ids = np.array([0, 2, 3, 4, 5, 8, -1])
+    assert plan.shard_of(ids).tolist() == [0, 0, 2, 2, 3, 3, -1]
+    assert plan.state_initial_physical_nodes == 1
+    work = plan.work()
+    assert set(plan.shard_of(work[work >= 0]).tolist()) == {0, 2, 3}
