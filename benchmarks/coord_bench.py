@@ -13,7 +13,7 @@ Three measurements, each the median of several runs:
 
 Usage::
 
-    python benchmarks/coord_bench.py [--runs 5] [--ranks 8] [--shards 32] [--shard-mb 2] [--passes 4]
+    python benchmarks/coord_bench.py [--runs 5] [--ranks 8] [--shards 16] [--shard-mb 16] [--passes 4]
                                      [--small-shards 64] [--small-shard-mb 0.25] [--json out.json]
 """
 
@@ -23,6 +23,7 @@ import argparse
 import asyncio
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -63,7 +64,7 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
                                run_id=spec["run_id"], world=world, config=config)
         await node.aconnect()
     await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
-    start = time.time()
+    start, cpu = time.time(), _cpu()
     total = 0
     for _ in range(spec["passes"]):
         if node is None:
@@ -81,10 +82,15 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
                     ahead = asyncio.ensure_future(node.ensure(keys[i + 1], pin=True))
                 total += _read(path)
                 await node.unpin(key)
-    end = time.time()
+    end, cpu = time.time(), _cpu() - cpu
     if node is not None:
         await node.aclose()
-    return {"bytes": total, "start": start, "end": end}
+    return {"bytes": total, "start": start, "end": end, "cpu": cpu}
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
 
 
 async def spinner(spec: dict[str, Any]) -> dict[str, Any]:
@@ -162,8 +168,12 @@ async def ensure_latency(local: str, remote: str, key: str, calls: int) -> float
 
 
 async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mode: str, *,
-                      spin: str | None = None, agent_mode: str = "process") -> float:
-    """Aggregate MB/s of ``args.ranks`` readers. ``spin``: None, "leader" or "follower"."""
+                      spin: str | None = None, agent_mode: str = "process") -> dict[str, float]:
+    """Run ``args.ranks`` readers at once; ``spin``: None, "leader" or "follower".
+
+    Returns the aggregate wall-clock MB/s, and MB per CPU-second (readers + agent), which
+    a machine shared with other jobs disturbs much less.
+    """
     local, remote = str(root / "cache"), str(root / "remote")
     run_id = f"bench-{uuid.uuid4().hex[:8]}"
     config = replace(CONFIG, agent_mode=agent_mode)  # type: ignore[arg-type]
@@ -172,20 +182,33 @@ async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mod
             "passes": args.passes, "start_at": start_at}
     hold = None
     spin_proc = None
-    if spin == "follower":  # someone else is the leader: this idle process starts the agent
+    if spin is not None:
+        spin_proc = await spawn("spinner", {**base, "stop_at": start_at + 600})
+        if spin == "follower":  # this idle process must be the leader: wait, then spin
+            await asyncio.sleep(0)
+    if mode != "direct":
+        # joins first unless the spinner must lead; watches the agent's CPU time
+        if spin == "leader":
+            assert spin_proc is not None
+            assert spin_proc.stdout is not None
+            joined = json.loads(await spin_proc.stdout.readline())
+            assert joined["leader"], joined
         hold = AsyncNodeClient(local, SimpleProviderFactory(remote, local), run_id=run_id, world=World(),
                                member="holder", config=config)
         await hold.aconnect()
-    if spin is not None:
-        spin_proc = await spawn("spinner", {**base, "stop_at": start_at + 600})
-        assert spin_proc.stdout is not None
-        joined = json.loads(await spin_proc.stdout.readline())
-        assert joined["leader"] == (spin == "leader"), joined
+        if spin == "follower":
+            assert spin_proc is not None
+            assert spin_proc.stdout is not None
+            joined = json.loads(await spin_proc.stdout.readline())
+            assert not joined["leader"] or hold.started_agents == 0, joined
+    agent_cpu = (await hold.stats())["cpu_s"] if hold is not None else 0.0
     procs = [
         await spawn("reader", {**base, "rank": r, "mode": mode, "keys": keys[r % len(keys):] + keys[: r % len(keys)]})
         for r in range(args.ranks)
     ]
     results = [await last_json(p) for p in procs]
+    if hold is not None:
+        agent_cpu = (await hold.stats())["cpu_s"] - agent_cpu
     if spin_proc is not None:
         spin_proc.kill()
         await spin_proc.wait()
@@ -193,7 +216,8 @@ async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mod
         await hold.aclose()
     total = sum(r["bytes"] for r in results)
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
-    return total / wall / 1e6
+    cpu = sum(r["cpu"] for r in results) + (agent_cpu if agent_mode == "process" else 0.0)
+    return {"mb_s": round(total / wall / 1e6, 1), "mb_per_cpu_s": round(total / cpu / 1e6, 1)}
 
 
 def _cfg(config: CoordConfig) -> dict[str, Any]:
@@ -227,21 +251,34 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
             "small_spin_leader_thread_agent": (small, small_keys, {"mode": "agent", "spin": "leader",
                                                                     "agent_mode": "thread"}),
         }
-        runs: dict[str, list[float]] = {name: [] for name in scenarios}
+        if args.only:
+            scenarios = {k: v for k, v in scenarios.items() if k in args.only.split(",")}
+        runs: dict[str, list[dict[str, float]]] = {name: [] for name in scenarios}
         for i in range(args.runs):  # interleaved, so drift on a shared machine hits all alike
             for name, (root, keys, kw) in scenarios.items():
-                runs[name].append(round(await readers_run(args, root, keys, **kw), 1))
+                runs[name].append(await readers_run(args, root, keys, **kw))
             print(f"run {i + 1}:", {k: v[-1] for k, v in runs.items()}, flush=True)
-    results["mb_per_s"] = runs
-    med = {k: statistics.median(v) for k, v in runs.items()}
-    results["median_mb_per_s"] = med
+    results["runs"] = runs
+    med = {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()}
+    results["median_mb_s"] = med
+    results["median_mb_per_cpu_s"] = cpu
+    if args.only:
+        results["summary"] = {"mb_s": med, "mb_per_cpu_s": cpu}
+        return results
+
+    def ratio(a: str, b: str, table: dict[str, float]) -> float:
+        return round(table[a] / table[b], 3)
+
     results["summary"] = {
         "ensure_median_us": statistics.median(results["ensure_us"]),
-        "agent_vs_direct": round(med["agent"] / med["direct"], 3),
-        "agent_ahead_vs_direct": round(med["agent_ahead"] / med["direct"], 3),
-        "busy_leader_slowdown": round(1 - med["small_spin_leader"] / med["small_spin_follower"], 3),
-        "busy_thread_agent_slowdown": round(1 - med["small_spin_leader_thread_agent"] / med["small_spin_follower"], 3),
-        "any_spinner_slowdown": round(1 - med["small_spin_follower"] / med["small_no_spin"], 3),
+        "agent_vs_direct": ratio("agent", "direct", med),
+        "agent_ahead_vs_direct": ratio("agent_ahead", "direct", med),
+        "agent_vs_direct_per_cpu": ratio("agent", "direct", cpu),
+        "agent_ahead_vs_direct_per_cpu": ratio("agent_ahead", "direct", cpu),
+        "busy_leader_slowdown": round(1 - ratio("small_spin_leader", "small_spin_follower", med), 3),
+        "busy_thread_agent_slowdown": round(1 - ratio("small_spin_leader_thread_agent", "small_spin_follower", med), 3),
+        "any_spinner_slowdown": round(1 - ratio("small_spin_follower", "small_no_spin", med), 3),
     }
     return results
 
@@ -253,12 +290,13 @@ if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--ranks", type=int, default=8)
-    parser.add_argument("--shards", type=int, default=32)
-    parser.add_argument("--shard-mb", type=float, default=2.0)
+    parser.add_argument("--shards", type=int, default=16)
+    parser.add_argument("--shard-mb", type=float, default=16.0)
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--small-shards", type=int, default=64)
     parser.add_argument("--small-shard-mb", type=float, default=0.25)
     parser.add_argument("--calls", type=int, default=5000)
+    parser.add_argument("--only", help="comma-separated scenario names (default: all)")
     parser.add_argument("--json", type=Path, help="also write the results here")
     ns = parser.parse_args()
     loop = new_event_loop()

@@ -383,6 +383,7 @@ class Agent:
             **self.stats,
             "agent_pid": os.getpid(),
             "uptime_s": round(time.monotonic() - self._started, 3),
+            "cpu_s": round(time.process_time(), 4),
             "clients": len(self._conns),
             "members": sorted(c.member for c in self._conns.values() if c.greeted),
             "pinned_shards": len(self._pins),

@@ -59,6 +59,7 @@ class _Link(asyncio.Protocol):
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
         self.transport: asyncio.Transport | None = None
         self.lost = False
+        self._outbox: list[bytes] = []
         self._ids = itertools.count(1)
         self._decoder = FrameDecoder(max_frame)
 
@@ -99,15 +100,30 @@ class _Link(asyncio.Protocol):
         request = next(self._ids)
         message["id"] = request
         self.pending[request] = future
-        self.transport.write(encode(message))
+        self._outbox.append(encode(message))
+        self._flush()
         return future
 
     def notify(self, message: dict[str, Any]) -> None:
-        if not self.lost and self.transport is not None:
-            self.transport.write(encode(message))
+        """Queue a one-way message; it leaves with the next request or on the next loop turn.
+
+        Unpin-then-ensure, a loader's step from one shard to the next, is one write and
+        one wake-up of the agent instead of two.
+        """
+        if self.lost or self.transport is None:
+            return
+        self._outbox.append(encode(message))
+        if len(self._outbox) == 1:
+            asyncio.get_running_loop().call_soon(self._flush)
+
+    def _flush(self) -> None:
+        if self._outbox and self.transport is not None and not self.lost:
+            self.transport.write(b"".join(self._outbox))
+        self._outbox.clear()
 
     def close(self) -> None:
         if self.transport is not None:
+            self._flush()
             self.transport.close()
 
 
