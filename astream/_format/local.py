@@ -25,7 +25,7 @@ from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, Index, ShardInfo
 from astream._format.record import RecordLayout
-from astream._format.shard import ShardReader, map_file, out_of_range
+from astream._format.shard import ShardReader, decode_rows, map_file, out_of_range
 from astream.errors import (
     CompressionError,
     ConfigError,
@@ -181,6 +181,15 @@ class LocalDataset:
             return self.shard(shard).get_batch(idx - self._starts[shard])
         if not len(unique):
             return self._empty_batch()
+        layout = self._layouts[int(unique[0])]
+        if layout.num_var == 0:
+            # All columns fixed-size: copy every record once, straight into one row
+            # array, then decode each column from it with one view.
+            rows = np.empty((len(idx), layout.fixed_size), np.uint8)
+            for shard in unique.tolist():
+                where = np.flatnonzero(shards == shard)
+                self.shard(shard).copy_rows(idx[where] - self._starts[shard], rows, where)
+            return decode_rows(layout, rows, self.root, idx)
         parts = []
         for shard in unique.tolist():
             where = np.flatnonzero(shards == shard)

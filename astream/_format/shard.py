@@ -22,14 +22,16 @@ import numpy.typing as npt
 
 from astream._format.encodings import Encoding
 from astream._format.record import RecordLayout, first_error_column
-from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError
+from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError, UsageError
 
-__all__ = ["ShardReader", "map_file", "out_of_range"]
+__all__ = ["ShardReader", "decode_rows", "map_file", "out_of_range"]
 
 _U32 = np.dtype("<u4")
 _OFFSET = struct.Struct("<I")
 # Gathering more bytes than this with one index array costs more memory than a loop.
 _GATHER_LIMIT = 1 << 18
+# Records at least this long are copied row by row (see ShardReader.copy_rows).
+_ROW_LOOP_BYTES = 1 << 12
 # Heads are validated this many samples at a time, to bound the temporary index arrays.
 _CHUNK = 1 << 16
 
@@ -250,20 +252,32 @@ class ShardReader:
         return out
 
     def _batch_fixed(self, idx: npt.NDArray[np.int64]) -> dict[str, Any]:
-        layout = self.layout
-        rows = self._region[idx] if self._region is not None else np.zeros((0, layout.fixed_size), np.uint8)
-        out: dict[str, Any] = {}
-        start = 0
-        for name, enc, size in zip(layout.names, layout.encodings, layout.sizes, strict=True):
-            assert size is not None
-            block = rows[:, start : start + size]
-            if enc.batchable:
-                out[name] = enc.decode_block(block)
-            else:
-                pos = self._offsets[idx] + start
-                out[name] = self._decode_each(name, enc, idx, pos, np.full(len(idx), size))
-            start += size
-        return out
+        rows = np.empty((len(idx), self.layout.fixed_size), np.uint8)
+        self.copy_rows(idx, rows)
+        return decode_rows(self.layout, rows, f"{self.name} (shard {self.shard})", idx)
+
+    def copy_rows(
+        self, idx: npt.NDArray[np.int64], out: npt.NDArray[np.uint8], where: npt.NDArray[np.int64] | None = None
+    ) -> None:
+        """Copy the records ``idx`` of an all-fixed-size shard into rows ``where`` of ``out``.
+
+        ``idx`` must be valid (non-negative, in range); ``out`` is ``(m, record_size)`` uint8.
+        """
+        if self._region is None:
+            if len(idx):
+                raise UsageError(f"{self.name} (shard {self.shard}) has variable-size columns: no fixed rows")
+            return
+        if self.layout.fixed_size >= _ROW_LOOP_BYTES:
+            # Big records: one memcpy per row straight into place beats a gather into a
+            # temporary followed by a scatter.
+            targets = range(len(idx)) if where is None else where.tolist()
+            region = self._region
+            for target, source in zip(targets, idx.tolist(), strict=True):
+                out[target] = region[source]
+        elif where is None:
+            np.take(self._region, idx, axis=0, out=out)
+        else:
+            out[where] = self._region[idx]
 
     def _gather(self, starts: npt.NDArray[np.int64], size: int) -> npt.NDArray[np.uint8]:
         if len(starts) * size <= _GATHER_LIMIT:
@@ -316,6 +330,36 @@ class ShardReader:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+
+def decode_rows(
+    layout: RecordLayout, rows: npt.NDArray[np.uint8], where: str, ids: npt.NDArray[np.int64]
+) -> dict[str, Any]:
+    """Decode the columns of all-fixed-size records stacked as ``(m, record_size)`` rows.
+
+    ``where`` and ``ids`` (the samples' indices) only go into error messages.
+    """
+    out: dict[str, Any] = {}
+    start = 0
+    record = layout.fixed_size
+    for name, enc, size in zip(layout.names, layout.encodings, layout.sizes, strict=True):
+        assert size is not None
+        if enc.batchable:
+            out[name] = enc.decode_block(rows[:, start : start + size])
+        else:  # an encoding without a vectorised decoder: one value at a time
+            flat = memoryview(rows.tobytes())
+            begins = [k * record + start for k in range(len(rows))]
+            try:
+                out[name] = enc.decode_spans(flat, begins, [b + size for b in begins])
+            except AstreamError:
+                raise
+            except Exception as exc:
+                raise EncodingError(
+                    f"{where}, one of samples {ids.tolist()[:8]}..., column {name!r}: cannot decode as "
+                    f"{enc.name!r} ({type(exc).__name__}: {exc}); the shard is corrupt"
+                ) from exc
+        start += size
+    return out
 
 
 def _var_slots(layout: RecordLayout) -> list[int]:

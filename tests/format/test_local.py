@@ -13,6 +13,7 @@ import numpy as np
 import pytest
 
 from astream import LocalDataset, MDSWriter
+from astream._format.encodings import _REGISTRY, Encoding, get_encoding, register_encoding
 from astream.errors import (
     CompressionError,
     ConfigError,
@@ -207,3 +208,39 @@ def test_many_shards_stay_within_the_open_limit(tmp_path: Path, monkeypatch: pyt
         assert [s["id"] for s in ds] == list(range(40))
         assert len(ds._open) <= 3
         assert ds.get_batch(range(40))["id"].tolist() == list(range(40))
+
+
+class _Triple(Encoding):
+    """A fixed-size encoding without a NumPy view: three ASCII letters."""
+
+    name = "triple"
+    size = 3
+
+    def encode(self, value: Any) -> bytes:
+        return value.encode("ascii")
+
+    def decode_unchecked(self, data: Any) -> str:
+        return str(data, "ascii")
+
+
+@pytest.fixture
+def triple() -> Any:
+    register_encoding("triple", lambda args: _Triple())
+    yield
+    _REGISTRY.pop("triple")
+    get_encoding.cache_clear()
+
+
+@pytest.mark.usefixtures("triple")
+def test_a_registered_fixed_size_encoding_without_a_vectorised_decoder(tmp_path: Path) -> None:
+    with MDSWriter(tmp_path / "ds", {"t": "triple", "id": "int"}, size_limit=200) as writer:
+        for i in range(30):
+            writer.write({"t": f"{i:03}", "id": i})
+    with LocalDataset(tmp_path / "ds") as ds:
+        assert ds.num_shards > 2
+        assert ds[4] == {"id": 4, "t": "004"}
+        ids = [29, 0, 13, 13]
+        many = ds.get_batch(ids)
+        assert many["t"] == [f"{i:03}" for i in ids]
+        assert many["id"].tolist() == ids
+        assert ds.get_batch([1, 2])["t"] == ["001", "002"]  # one shard
