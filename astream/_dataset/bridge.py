@@ -13,82 +13,17 @@ import asyncio
 import contextlib
 import queue
 import threading
-import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator
-from concurrent.futures import Future
+from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
+from astream._storage.loop import LoopThread
 from astream.errors import UsageError
 
-__all__ = ["LoopThread", "SyncIterator"]
+__all__ = ["SyncIterator"]
 
 T = TypeVar("T")
 _END = object()
-
-
-class LoopThread:
-    """One event loop running forever in a daemon thread.
-
-    Args:
-        loop_factory: makes the loop (uvloop's when installed); the global policy of the
-            program is never touched.
-        name: the thread's name, shown in tracebacks and py-spy.
-    """
-
-    def __init__(self, loop_factory: Callable[[], asyncio.AbstractEventLoop], name: str = "astream-loop") -> None:
-        self._loop = loop_factory()
-        self._ready = threading.Event()
-        self._closed = False
-        # The thread must not reference self, or a forgotten LoopThread could never be collected.
-        self._thread = threading.Thread(target=_run_loop, args=(self._loop, self._ready), name=name, daemon=True)
-        self._thread.start()
-        self._ready.wait()
-        # A LoopThread dropped without close() must not keep a thread alive for nothing.
-        self._finalizer = weakref.finalize(self, _stop_loop, self._loop, self._thread)
-
-    @property
-    def loop(self) -> asyncio.AbstractEventLoop:
-        return self._loop
-
-    def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
-        """Schedule ``coro`` on the loop; returns a concurrent future."""
-        if self._closed:
-            coro.close()
-            raise UsageError("this astream loop thread is closed; create a new iterator")
-        return asyncio.run_coroutine_threadsafe(coro, self._loop)
-
-    def call(self, coro: Coroutine[Any, Any, T]) -> T:
-        """Run ``coro`` on the loop and wait for its result (from any other thread)."""
-        if threading.current_thread() is self._thread:
-            coro.close()
-            raise UsageError("a sync astream call was made from inside astream's own event loop")
-        return self.submit(coro).result()
-
-    def close(self) -> None:
-        """Stop the loop and join the thread; idempotent."""
-        if self._closed:
-            return
-        self._closed = True
-        self._finalizer()
-
-
-def _run_loop(loop: asyncio.AbstractEventLoop, ready: threading.Event) -> None:
-    asyncio.set_event_loop(loop)
-    loop.call_soon(ready.set)
-    try:
-        loop.run_forever()
-    finally:
-        with contextlib.suppress(Exception):
-            loop.run_until_complete(loop.shutdown_asyncgens())
-        loop.close()
-
-
-def _stop_loop(loop: asyncio.AbstractEventLoop, thread: threading.Thread) -> None:
-    if not loop.is_closed():
-        loop.call_soon_threadsafe(loop.stop)
-    if thread is not threading.current_thread():
-        thread.join(timeout=10)
 
 
 class SyncIterator(Generic[T]):

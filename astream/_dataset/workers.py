@@ -227,12 +227,12 @@ class WorkerPool:
         for loop, task in self._thread_tasks:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
-        for conn in self._conns:
-            conn.close()
         for proc in self._procs:
             if proc.is_alive():
-                proc.terminate()
+                proc.terminate()  # its end of the pipe closes, which wakes our reader thread
         await asyncio.to_thread(self._join_all)
+        for conn in self._conns:
+            conn.close()  # only now: closing under a reading thread is not safe
 
     def _join_all(self) -> None:
         for proc in self._procs:

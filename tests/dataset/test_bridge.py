@@ -1,20 +1,19 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import pytest
 
-from astream._dataset.bridge import LoopThread, SyncIterator
-from astream.errors import UsageError
+from astream._dataset.bridge import SyncIterator
+from astream._storage.loop import LoopThread
 
 
 @pytest.fixture
 def portal():
-    p = LoopThread(asyncio.new_event_loop)
+    p = LoopThread()
     yield p
     p.close()
 
@@ -81,37 +80,3 @@ def test_close_midway_cancels_and_is_idempotent(portal: LoopThread) -> None:
     assert log[-1] == "exit"
     with pytest.raises(StopIteration):
         next(it)
-
-
-def test_call_from_loop_thread_is_refused(portal: LoopThread) -> None:
-    async def inner() -> int:
-        return 1
-
-    async def outer() -> None:
-        portal.call(inner())
-
-    with pytest.raises(UsageError):
-        portal.call(outer())
-
-
-def test_closed_loop_thread_refuses_work() -> None:
-    p = LoopThread(asyncio.new_event_loop)
-    p.close()
-    p.close()
-
-    async def nothing() -> None:
-        return None
-
-    with pytest.raises(UsageError):
-        p.call(nothing())
-
-
-def test_thread_ends_when_loop_thread_is_dropped() -> None:
-    before = threading.active_count()
-    p = LoopThread(asyncio.new_event_loop)
-    assert threading.active_count() == before + 1
-    del p
-    deadline = time.monotonic() + 5
-    while threading.active_count() > before and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert threading.active_count() == before

@@ -1,0 +1,69 @@
+"""Where each global sample id lives: stream, shard and position in the shard.
+
+Global ids index the concatenation of every stream's shards, in stream order (as the
+epoch plan numbers them). Lookups are vectorised with ``searchsorted``; nothing here
+holds a Python object per sample.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import numpy as np
+import numpy.typing as npt
+
+from astream._format.index import Index
+from astream._format.record import RecordLayout
+
+__all__ = ["SampleMap"]
+
+Int64Array = npt.NDArray[np.int64]
+
+
+class SampleMap:
+    """The shards of all streams, laid end to end.
+
+    Args:
+        indexes: each stream's index.
+        allow_unsafe_types: allow ``pkl`` columns (checked here, before any download).
+
+    Raises:
+        UnsafeTypeError, EncodingError, IndexFormatError: a shard's columns are unusable.
+    """
+
+    def __init__(self, indexes: Sequence[Index], allow_unsafe_types: bool) -> None:
+        self.indexes = list(indexes)
+        self.shard_stream: list[int] = []
+        self.shard_local: list[int] = []
+        self.layouts: list[RecordLayout] = []
+        sizes: list[int] = []
+        for s, index in enumerate(self.indexes):
+            for info in index.shards:
+                self.shard_stream.append(s)
+                self.shard_local.append(info.index)
+                self.layouts.append(RecordLayout.from_shard(info, index.source, allow_unsafe_types))
+                sizes.append(info.samples)
+        self.starts: Int64Array = np.zeros(len(sizes) + 1, np.int64)
+        np.cumsum(sizes, out=self.starts[1:])
+        self.stream_sizes = [index.num_samples for index in self.indexes]
+
+    @property
+    def num_samples(self) -> int:
+        return int(self.starts[-1])
+
+    @property
+    def num_shards(self) -> int:
+        return len(self.layouts)
+
+    def locate(self, ids: Int64Array) -> tuple[Int64Array, Int64Array]:
+        """Global shard number and offset within it, for each id (all ids valid)."""
+        shard = np.searchsorted(self.starts, ids, side="right").astype(np.int64) - 1
+        return shard, ids - self.starts[shard]
+
+    def locate_one(self, sample: int) -> tuple[int, int]:
+        shard = int(np.searchsorted(self.starts, sample, side="right")) - 1
+        return shard, sample - int(self.starts[shard])
+
+    def stream_shard_sizes(self) -> list[list[int]]:
+        """Per stream, its shards' sample counts (what the epoch plan needs)."""
+        return [index.shard_sizes for index in self.indexes]

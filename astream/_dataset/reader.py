@@ -1,0 +1,284 @@
+"""Reading one worker's samples of an epoch, shard downloads running ahead.
+
+The worker's sample ids are mapped to (shard, offset) once, vectorised. Each shard is
+*leased* for a stretch of the sequence: occurrences of a shard closer together than
+the look-ahead (``predownload`` samples) share one lease, so a shard is pinned once
+for the stretch where it is read, not once per sample. A prefetch task asks the node
+agent for leases in order of their start as the consumer approaches them (at most
+``max_concurrency`` requests in flight); the consumer waits only for the leases its
+next batch needs, and releases each lease as soon as the sequence has passed its end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import heapq
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from astream._coord.client import AsyncNodeClient
+from astream._dataset.layout import SampleMap
+from astream._dataset.provider import shard_key
+from astream._format.shard import ShardReader
+
+__all__ = ["EpochReader", "OpenShards", "leases_of"]
+
+Int64Array = npt.NDArray[np.int64]
+
+
+def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int64Array]:
+    """Group the positions of each shard into leases.
+
+    Args:
+        shards: the shard of each position of the sequence.
+        gap: occurrences of a shard at most this far apart share a lease.
+
+    Returns:
+        ``(shard, start, end)`` per lease, sorted by start; ``end`` is inclusive.
+    """
+    n = len(shards)
+    if n == 0:
+        empty = np.zeros(0, np.int64)
+        return empty, empty, empty
+    pos = np.arange(n, dtype=np.int64)
+    order = np.lexsort((pos, shards))
+    sorted_shards = shards[order]
+    sorted_pos = pos[order]
+    new = np.ones(n, bool)
+    new[1:] = (sorted_shards[1:] != sorted_shards[:-1]) | (np.diff(sorted_pos) > gap)
+    first = np.flatnonzero(new)
+    last = np.r_[first[1:] - 1, n - 1]
+    shard, start, end = sorted_shards[first], sorted_pos[first], sorted_pos[last]
+    by_start = np.argsort(start, kind="stable")
+    return shard[by_start], start[by_start], end[by_start]
+
+
+class OpenShards:
+    """Readers of the shards this process reads, kept open (mmap) in LRU order."""
+
+    def __init__(self, smap: SampleMap, max_open: int = 128) -> None:
+        self._smap = smap
+        self._max_open = max_open
+        self._open: OrderedDict[int, ShardReader] = OrderedDict()
+
+    def get(self, shard: int, path: str) -> ShardReader:
+        reader = self._open.get(shard)
+        if reader is not None:
+            self._open.move_to_end(shard)
+            return reader
+        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+        reader = ShardReader.open(
+            path, self._smap.layouts[shard], shard=info.index, expected_samples=info.samples
+        )
+        self._open[shard] = reader
+        while len(self._open) > self._max_open:
+            # Dropped, not closed: a batch being decoded may still use it; the mapping
+            # goes with the last reference.
+            self._open.popitem(last=False)
+        return reader
+
+    def close(self) -> None:
+        readers = list(self._open.values())
+        self._open.clear()
+        for reader in readers:
+            with contextlib.suppress(Exception):
+                reader.close()
+
+
+class EpochReader:
+    """One worker's pass over its sample ids: leases, prefetch, and reading.
+
+    Use ``async with``; iterate :meth:`batches` or :meth:`samples` once.
+
+    Args:
+        node: this process's client of the node agent.
+        smap: where every global sample id lives.
+        ids: the worker's sample ids in order (padding already dropped).
+        predownload: how many samples ahead shards are requested.
+        max_concurrency: shard requests in flight at once.
+        shards: the process's open shard readers (shared across epochs).
+    """
+
+    def __init__(
+        self,
+        node: AsyncNodeClient,
+        smap: SampleMap,
+        ids: Int64Array,
+        predownload: int,
+        max_concurrency: int,
+        shards: OpenShards,
+    ) -> None:
+        self._node = node
+        self._smap = smap
+        self._shards = shards
+        self.ids = ids
+        self._shard, self._offset = smap.locate(ids)
+        self._predownload = max(1, predownload)
+        self._lease_shard, self._lease_start, self._lease_end = leases_of(self._shard, self._predownload)
+        self._ready: list[asyncio.Future[str]] = []
+        self._issued = 0  # leases requested so far
+        self._needed = 0  # leases the consumer has waited for
+        self._releases: list[tuple[int, int]] = []  # heap of (end, lease) for requested leases
+        self._paths: dict[int, str] = {}
+        self._progress = asyncio.Event()
+        self._consumed = 0
+        self._slots = asyncio.Semaphore(max(1, max_concurrency))
+        self._prefetch: asyncio.Task[None] | None = None
+        self._held: set[int] = set()
+
+    async def __aenter__(self) -> EpochReader:
+        loop = asyncio.get_running_loop()
+        self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
+        self._prefetch = loop.create_task(self._run_prefetch())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        task, self._prefetch = self._prefetch, None
+        if task is not None:
+            task.cancel()
+            with contextlib.suppress(BaseException):
+                await task
+        for lease in sorted(self._held):
+            await self._node.unpin(self._key(lease))
+        self._held.clear()
+        for fut in self._ready:
+            if not fut.done():
+                fut.cancel()
+            elif not fut.cancelled():
+                fut.exception()  # retrieved: an error nobody waited for is not an error
+
+    def _key(self, lease: int) -> str:
+        g = int(self._lease_shard[lease])
+        return shard_key(self._smap.shard_stream[g], self._smap.shard_local[g])
+
+    async def _run_prefetch(self) -> None:
+        starts = self._lease_start
+        total = len(starts)
+        tasks: set[asyncio.Task[None]] = set()
+        try:
+            while self._issued < total:
+                lease = self._issued
+                while starts[lease] > self._consumed + self._predownload:
+                    self._progress.clear()
+                    await self._progress.wait()
+                await self._slots.acquire()
+                self._issued += 1
+                task = asyncio.get_running_loop().create_task(self._request(lease))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+        finally:
+            for task in list(tasks):
+                task.cancel()
+            if tasks:
+                await asyncio.gather(*tasks, return_exceptions=True)
+
+    async def _request(self, lease: int) -> None:
+        future = self._ready[lease]
+        try:
+            path = await self._node.ensure(self._key(lease), pin=True)
+        except BaseException as exc:
+            if not future.done():
+                future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+            if not isinstance(exc, Exception):
+                raise
+        else:
+            self._held.add(lease)
+            heapq.heappush(self._releases, (int(self._lease_end[lease]), lease))
+            if not future.done():
+                future.set_result(path)
+        finally:
+            self._slots.release()
+
+    async def _ready_until(self, stop: int) -> None:
+        """Wait for every lease that starts before position ``stop``."""
+        starts = self._lease_start
+        while self._needed < len(starts) and starts[self._needed] < stop:
+            lease = self._needed
+            path = await self._ready[lease]
+            self._paths[int(self._lease_shard[lease])] = path
+            self._needed += 1
+
+    async def _advance(self, position: int) -> None:
+        """The consumer finished everything before ``position``: release passed leases."""
+        self._consumed = position
+        self._progress.set()
+        while self._releases and self._releases[0][0] < position:
+            _, lease = heapq.heappop(self._releases)
+            self._held.discard(lease)
+            await self._node.unpin(self._key(lease))
+
+    def _reader(self, shard: int) -> ShardReader:
+        return self._shards.get(shard, self._paths[shard])
+
+    def _read_batch(self, a: int, b: int) -> dict[str, Any]:
+        shards = self._shard[a:b]
+        offsets = self._offset[a:b]
+        if shards[0] == shards[-1] and (shards == shards[0]).all():
+            return self._reader(int(shards[0])).get_batch(offsets)
+        uniq, inverse = np.unique(shards, return_inverse=True)
+        order = np.argsort(inverse, kind="stable")
+        groups = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
+        parts = [(idx, self._reader(int(g)).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
+        return _scatter(parts, b - a)
+
+    async def batches(self, batch_size: int, drop_last: bool) -> AsyncIterator[dict[str, Any]]:
+        """Yield the sequence as batches of ``batch_size`` (the last one shorter unless dropped)."""
+        n = len(self.ids)
+        self._predownload = max(self._predownload, batch_size)  # a batch must fit the look-ahead
+        stop_at = n - n % batch_size if drop_last else n
+        for a in range(0, stop_at, batch_size):
+            b = min(a + batch_size, n)
+            await self._ready_until(b)
+            batch = self._read_batch(a, b)
+            await self._advance(b)
+            yield batch
+
+    async def chunks(self, chunk: int = 64) -> AsyncIterator[list[dict[str, Any]]]:
+        """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
+        n = len(self.ids)
+        self._predownload = max(self._predownload, chunk)
+        for a in range(0, n, chunk):
+            b = min(a + chunk, n)
+            await self._ready_until(b)
+            out = [self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)]
+            await self._advance(b)
+            yield out
+
+    async def samples(self, chunk: int = 64) -> AsyncIterator[dict[str, Any]]:
+        """Yield the sequence one sample at a time."""
+        n = len(self.ids)
+        self._predownload = max(self._predownload, chunk)
+        for a in range(0, n, chunk):
+            b = min(a + chunk, n)
+            await self._ready_until(b)
+            for i in range(a, b):
+                yield self._reader(int(self._shard[i])).get(int(self._offset[i]))
+            await self._advance(b)
+
+
+def _scatter(parts: list[tuple[Int64Array, dict[str, Any]]], size: int) -> dict[str, Any]:
+    """Put per-shard pieces of a batch back into sequence order."""
+    out: dict[str, Any] = {}
+    for name in parts[0][1]:
+        values = [part[name] for _, part in parts]
+        if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
+            first = values[0]
+            column = np.empty((size, *first.shape[1:]), first.dtype)
+            for (idx, _), v in zip(parts, values, strict=True):
+                column[idx] = v
+            out[name] = column
+        else:
+            items: list[Any] = [None] * size
+            for (idx, _), v in zip(parts, values, strict=True):
+                for j, item in zip(idx.tolist(), list(v), strict=True):
+                    items[j] = item
+            out[name] = items
+    return out

@@ -1,0 +1,112 @@
+"""``Stream``: one source of samples (a remote and/or local MDS dataset) and its weight.
+
+A ``Stream`` holds configuration only (picklable, no I/O). Settings left as ``None``
+inherit the dataset's (``download_retry``, ``download_timeout``, ``validate_hash``,
+``keep_zip``), as in MosaicML Streaming.
+"""
+
+from __future__ import annotations
+
+import os
+import tempfile
+from dataclasses import dataclass, replace
+
+import xxhash
+
+from astream._format.hashing import check_algorithm
+from astream.errors import ConfigError
+
+__all__ = ["Stream", "default_cache_dir"]
+
+
+def default_cache_dir(remote: str, split: str | None) -> str:
+    """Where a stream without ``local`` is cached: one folder per remote.
+
+    ``$ASTREAM_CACHE_DIR`` if set, else ``<tmp>/astream``; inside it a folder named by a
+    digest of the remote URL (so two remotes never share a cache).
+    """
+    base = os.environ.get("ASTREAM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "astream")
+    return os.path.join(base, xxhash.xxh64(remote.rstrip("/").encode()).hexdigest())
+
+
+@dataclass(frozen=True)
+class Stream:
+    """One dataset directory mixed into a :class:`StreamingDataset`.
+
+    Args:
+        remote: where the shards live (a path, ``file://``, ``http(s)://``, ``s3://``), or
+            None for a local-only dataset.
+        local: the local cache directory (the dataset itself when ``remote`` is None);
+            default: a per-remote folder under ``$ASTREAM_CACHE_DIR`` or the temp dir.
+        split: a sub-directory of both.
+        proportion: relative weight in the mixture (all streams relative, or none).
+        repeat: how many times to draw the stream per epoch (may be fractional).
+        choose: exactly how many samples to draw per epoch.
+        download_retry, download_timeout, validate_hash, keep_zip: override the dataset's.
+
+    Raises:
+        ConfigError: neither remote nor local, several weights at once, bad values.
+    """
+
+    remote: str | None = None
+    local: str | None = None
+    split: str | None = None
+    proportion: float | None = None
+    repeat: float | None = None
+    choose: int | None = None
+    download_retry: int | None = None
+    download_timeout: float | None = None
+    validate_hash: str | None = None
+    keep_zip: bool | None = None
+
+    def __post_init__(self) -> None:
+        if self.remote is None and self.local is None:
+            raise ConfigError("a stream needs remote=, local=, or both (remote=None, local=None given)")
+        for name in ("remote", "local", "split"):
+            value = getattr(self, name)
+            if value is not None and not isinstance(value, (str, os.PathLike)):
+                raise ConfigError(f"{name} must be a string or path, got {type(value).__name__}")
+        if self.local is not None:
+            object.__setattr__(self, "local", os.fspath(self.local))
+        if self.remote is not None:
+            object.__setattr__(self, "remote", os.fspath(self.remote))
+        given = [n for n in ("proportion", "repeat", "choose") if getattr(self, n) is not None]
+        if len(given) > 1:
+            raise ConfigError(f"a stream takes at most one of proportion, repeat and choose; got {', '.join(given)}")
+        for name in ("proportion", "repeat"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
+                raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
+        if self.choose is not None and (isinstance(self.choose, bool) or not isinstance(self.choose, int) or self.choose < 0):
+            raise ConfigError(f"choose must be a non-negative int, got {self.choose!r}")
+        if self.download_retry is not None and (not isinstance(self.download_retry, int) or self.download_retry < 0):
+            raise ConfigError(f"download_retry must be an int >= 0, got {self.download_retry!r}")
+        if self.download_timeout is not None and (
+            isinstance(self.download_timeout, bool)
+            or not isinstance(self.download_timeout, (int, float))
+            or self.download_timeout <= 0
+        ):
+            raise ConfigError(f"download_timeout must be a number of seconds > 0, got {self.download_timeout!r}")
+        if self.validate_hash is not None:
+            check_algorithm(self.validate_hash, "validate_hash")
+
+    @property
+    def local_dir(self) -> str:
+        """The local directory (chosen from the remote when ``local`` was not given)."""
+        if self.local is not None:
+            return self.local
+        assert self.remote is not None
+        return default_cache_dir(self.remote, self.split)
+
+    def inherit(
+        self, *, download_retry: int, download_timeout: float, validate_hash: str | None, keep_zip: bool
+    ) -> Stream:
+        """This stream with the dataset's settings filled in where it left them as None."""
+        return replace(
+            self,
+            local=self.local_dir,
+            download_retry=self.download_retry if self.download_retry is not None else download_retry,
+            download_timeout=self.download_timeout if self.download_timeout is not None else download_timeout,
+            validate_hash=self.validate_hash if self.validate_hash is not None else validate_hash,
+            keep_zip=self.keep_zip if self.keep_zip is not None else keep_zip,
+        )
