@@ -25,7 +25,7 @@ from astream._sampling.batching import (
     merge_stratified,
 )
 from astream._sampling.partition import Partition, make_partition
-from astream._sampling.shuffle import get_shuffle
+from astream._sampling.shuffle import ShuffleParts, get_shuffle, shuffle_parts
 from astream._sampling.streams import (
     Resampled,
     StreamSpec,
@@ -143,8 +143,9 @@ class EpochPlan:
         self.num_samples = int(sum(sizes))
         # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
         self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
+        self._last_parts: tuple[frozenset[int], ShuffleParts] | None = None
         if self.batching_method == "random":
-            self.partition  # validate the world against the canonical nodes now  # noqa: B018
+            _ = self.partition  # checks the world against the canonical nodes before any work
 
     # --- resolved values -------------------------------------------------------------------
 
@@ -242,7 +243,33 @@ class EpochPlan:
         if self.batching_method != "random":
             return np.array(self._merged[node, local_rank, worker].reshape(-1), np.int64)
         positions = self.partition.worker(node, local_rank, worker)
-        return self._to_ids(positions, self.resampled, self.shuffle_ids)
+        parts = self._worker_shuffle(positions)
+        if parts is not None:
+            parts.map_positions(positions)
+        return self.resampled.to_small(positions)
+
+    def _worker_shuffle(self, positions: Int64Array) -> ShuffleParts | None:
+        """The shuffle's slices for these positions' canonical nodes (whole if already made).
+
+        A worker's positions come from few canonical nodes (one of every P when C >= P), so
+        the other nodes' results are skipped (their random draws are still made). The last
+        partial shuffle is kept: the workers of one node share their canonical nodes.
+        """
+        if not self.shuffle:
+            return None
+        n, c = self.epoch_size, self.num_canonical_nodes
+        bounds = n * np.arange(c + 1, dtype=np.int64) // c
+        if "shuffle_ids" in self.__dict__:  # the whole shuffle is cached already
+            return ShuffleParts(bounds, full=self.shuffle_ids)
+        used = positions[positions >= 0]
+        keep = frozenset(np.unique(np.searchsorted(bounds, used, side="right") - 1).tolist())
+        cached = self._last_parts
+        if cached is not None and cached[0] >= keep:
+            return cached[1]
+        parts = shuffle_parts(self.shuffle_algo, self.resampled.units, c, self.shuffle_seed,
+                              self.epoch, self.shuffle_block_size, keep)
+        self._last_parts = (keep, parts)
+        return parts
 
     def rank_order(self, node: int, local_rank: int) -> Int64Array:
         """The sample ids a rank's loader returns, in order, padding dropped.

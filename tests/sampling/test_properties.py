@@ -8,6 +8,7 @@ import numpy as np
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
+from astream._sampling.shuffle import shuffle_parts
 from astream.sampling import SHUFFLE_ALGOS, EpochPlan, get_partitions, get_shuffle
 
 from .strategies import SHARD_AWARE, block_sizes, canonical_nodes, epochs, seeds, shard_sizes
@@ -119,3 +120,25 @@ def test_workers_are_slices_of_the_whole(sizes, ncn, ranks, workers, batch) -> N
     work = plan.work()
     for index in np.ndindex(*work.shape[:3]):
         assert np.array_equal(plan.worker_ids(*index), work[index].reshape(-1))
+
+
+@FAST
+@given(st.sampled_from(SHUFFLE_ALGOS), shard_sizes(min_total=8), canonical_nodes, seeds, epochs, block_sizes,
+       st.data())
+def test_partial_shuffles_are_slices_of_the_whole(algo, sizes, ncn, seed, epoch, block, data) -> None:
+    """Computing only some canonical nodes gives exactly those nodes' slices."""
+    assume(sum(sizes) >= ncn)
+    whole = get_shuffle(algo, sizes, ncn, seed, epoch, block)
+    keep = data.draw(st.sets(st.integers(0, ncn - 1)))
+    parts = shuffle_parts(algo, sizes, ncn, seed, epoch, block, keep)
+    n = sum(sizes)
+    for node in keep:
+        lo, hi = n * node // ncn, n * (node + 1) // ncn
+        got = parts.full[lo:hi] if parts.full is not None else parts.parts[node]
+        assert np.array_equal(got, whole[lo:hi])
+    everything = np.arange(n, dtype=np.int64)
+    in_kept = np.isin(np.searchsorted(parts.bounds, everything, "right") - 1, sorted(keep))
+    positions = np.append(everything[in_kept][::-1], -1)  # any order, padding kept
+    mapped = positions.copy()
+    parts.map_positions(mapped)
+    assert np.array_equal(mapped, np.where(positions >= 0, whole[positions], -1))

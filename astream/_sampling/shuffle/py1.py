@@ -1,8 +1,8 @@
 """The one-pass shuffles that keep shards contiguous: ``py1s``, ``py1b`` and ``py1br``.
 
-All three start from :func:`~astream._sampling.shuffle.spans.epoch_spans` (run-wide shard
-order, cut at canonical-node boundaries, per-epoch span order inside each node) and lay
-the spans out in that order. They then differ in what they shuffle in place:
+All three start from the span prefix (run-wide shard order, cut at canonical-node
+boundaries, per-epoch span order inside each node) and lay the spans out in that order.
+They then differ in what they shuffle in place, node by node:
 
 - ``py1s``: each span on its own (the block size is ignored);
 - ``py1b``: fixed blocks of ``block_size`` positions inside each canonical node (the
@@ -15,79 +15,94 @@ MosaicML makes, so only the Python bookkeeping around the C loops is ours.
 
 from __future__ import annotations
 
+from collections.abc import Collection
+
 import numpy as np
 
-from astream._sampling.shuffle.spans import Int64Array, epoch_spans, segment_arange
+from astream._sampling.shuffle.nodes import ShuffleParts, shuffle_nodes
+from astream._sampling.shuffle.spans import Int64Array
 
-__all__ = ["shuffle_py1b", "shuffle_py1br", "shuffle_py1s"]
-
-
-def shuffle_py1s(
-    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int
-) -> Int64Array:
-    """Shuffle each span's samples in place, spans in epoch order."""
-    del block_size  # py1s shuffles shard by shard
-    spans, rng, _ = epoch_spans(shard_sizes, num_canonical_nodes, seed, epoch)
-    ids = segment_arange(spans.begins, spans.ends)
-    sizes = spans.sizes
-    offsets = np.cumsum(sizes) - sizes
-    for offset, size in zip(offsets.tolist(), sizes.tolist(), strict=True):
-        if size > 1:  # a shuffle of fewer than two items draws nothing
-            rng.shuffle(ids[offset : offset + size])
-    return ids
+__all__ = ["py1b_parts", "py1br_parts", "py1s_parts"]
 
 
-def shuffle_py1b(
-    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int
-) -> Int64Array:
-    """Shuffle fixed blocks of ``block_size`` positions, restarting at each canonical node."""
-    spans, rng, _ = epoch_spans(shard_sizes, num_canonical_nodes, seed, epoch)
-    ids = segment_arange(spans.begins, spans.ends)
-    node_ends = _node_sample_ends(spans.sizes, spans.part_bounds)
-    node_start = 0
-    for node_end in node_ends.tolist():
-        for start in range(node_start, node_end, block_size):
-            stop = min(start + block_size, node_end)
-            if stop - start > 1:
-                rng.shuffle(ids[start:stop])
-        node_start = node_end
-    return ids
+def _shuffle_runs(rng: np.random.Generator, ids: Int64Array, lengths: list[int]) -> None:
+    """Shuffle consecutive runs of ``ids`` of these lengths, in order."""
+    offset = 0
+    for length in lengths:
+        if length > 1:  # a shuffle of fewer than two items draws nothing
+            rng.shuffle(ids[offset : offset + length])
+        offset += length
 
 
-def shuffle_py1br(
-    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int
-) -> Int64Array:
-    """Shuffle randomly sized, staggered blocks inside each canonical node.
+class _Py1s:
+    def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
+        pass
 
-    QUIRK (kept on purpose, MosaicML does the same): the cursor that places the blocks
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+        _shuffle_runs(rng, ids, span_sizes)
+
+
+class _Py1b:
+    def __init__(self, block_size: int) -> None:
+        self.block = block_size
+
+    def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
+        pass
+
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+        for start in range(0, len(ids), self.block):
+            if len(ids) - start > 1 and self.block > 1:
+                rng.shuffle(ids[start : start + self.block])
+
+
+class _Py1br:
+    """QUIRK (kept on purpose, MosaicML does the same): the cursor that places the blocks
     advances by each block's *clipped* length while the blocks are drawn back by the
     node's stagger, so the second block overlaps the first by ``stagger`` positions and
     the last ``<= stagger`` positions of a node can stay unshuffled.
     """
-    spans, rng, _ = epoch_spans(shard_sizes, num_canonical_nodes, seed, epoch)
-    ids = segment_arange(spans.begins, spans.ends)
-    low, high = int(0.75 * block_size), int(1.25 * block_size)
-    stagger = rng.integers(0, low, (num_canonical_nodes,)).tolist()
-    node_ends = _node_sample_ends(spans.sizes, spans.part_bounds)
-    node_start = 0
-    for node, node_end in enumerate(node_ends.tolist()):
+
+    def __init__(self, block_size: int) -> None:
+        self.low, self.high = int(0.75 * block_size), int(1.25 * block_size)
+        self.stagger: list[int] = []
+
+    def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
+        self.stagger = rng.integers(0, self.low, (num_canonical_nodes,)).tolist()
+
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+        end, shift = len(ids), self.stagger[node]
         blocks: list[tuple[int, int]] = []
-        cursor = node_start
-        shift = stagger[node]
-        while cursor < node_end:
-            size = int(rng.integers(low, high))
-            start = max(cursor - shift, node_start)
-            stop = min(cursor + size - shift, node_end)
+        cursor = 0
+        while cursor < end:
+            size = int(rng.integers(self.low, self.high))
+            start = max(cursor - shift, 0)
+            stop = min(cursor + size - shift, end)
             blocks.append((start, stop))
             cursor += stop - start
         for start, stop in blocks:
             if stop - start > 1:
                 rng.shuffle(ids[start:stop])
-        node_start = node_end
-    return ids
 
 
-def _node_sample_ends(sizes: Int64Array, part_bounds: Int64Array) -> Int64Array:
-    """Position one past the last sample of each canonical node."""
-    cum = np.concatenate([np.zeros(1, np.int64), np.cumsum(sizes, dtype=np.int64)])
-    return cum[part_bounds[1:]]
+def py1s_parts(
+    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
+    keep: Collection[int] | None = None,
+) -> ShuffleParts:
+    """py1s: shuffle each span's samples in place, spans in epoch order."""
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1s(), keep)
+
+
+def py1b_parts(
+    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
+    keep: Collection[int] | None = None,
+) -> ShuffleParts:
+    """py1b: shuffle fixed blocks of ``block_size`` positions, restarting at each node."""
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1b(block_size), keep)
+
+
+def py1br_parts(
+    shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
+    keep: Collection[int] | None = None,
+) -> ShuffleParts:
+    """py1br: shuffle randomly sized, staggered blocks inside each canonical node."""
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1br(block_size), keep)
