@@ -7,7 +7,7 @@ outlives a leader that is killed and is never slowed by the leader's GIL. The le
 hands it the provider factory and config by pickle over stdin and waits for one line on
 its stdout: ``ready`` or the error that stopped it.
 
-Run as ``python -m astream._coord.launch FD`` by :func:`start_agent` only.
+The agent process runs ``python -m astream._coord FD`` (:func:`agent_main`).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.provider import ProviderFactory
 from astream.errors import CoordinationError
 
-__all__ = ["new_event_loop", "run_agent", "start_agent"]
+__all__ = ["agent_main", "new_event_loop", "run_agent", "start_agent"]
 
 log = logging.getLogger("astream.coord")
 
@@ -115,7 +115,7 @@ def _start_process(listener: socket.socket, factory: ProviderFactory, config: Co
     env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
     fd = listener.fileno()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "astream._coord.launch", str(fd)],
+        [sys.executable, "-m", "astream._coord", str(fd)],
         pass_fds=(fd,), stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, start_new_session=True,
     )
     threading.Thread(target=proc.wait, name=f"astream-agent-reaper-{proc.pid}", daemon=True).start()
@@ -141,7 +141,8 @@ def _start_process(listener: socket.socket, factory: ProviderFactory, config: Co
     return proc.pid
 
 
-def _main(argv: list[str]) -> int:
+def agent_main(argv: list[str]) -> int:
+    """Body of the agent process: adopt the listener ``argv[1]``, read the pickle, serve."""
     listener = socket.socket(fileno=int(argv[1]))
     out = os.fdopen(os.dup(1), "wb")
     devnull = os.open(os.devnull, os.O_WRONLY)
@@ -164,6 +165,3 @@ def _main(argv: list[str]) -> int:
         raise
     return 0
 
-
-if __name__ == "__main__":
-    sys.exit(_main(sys.argv))

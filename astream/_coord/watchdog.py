@@ -53,7 +53,7 @@ def describe_barrier(name: str, info: dict[str, Any]) -> str:
         return f"barrier {name!r} is not open at the agent (no other party arrived, or the agent restarted)"
     dead = info.get("dead") or []
     text = (
-        f"barrier {name!r} in stage 'queue': arrived {', '.join(info.get('arrived') or []) or 'none'}; "
+        f"barrier {name!r}: arrived {', '.join(info.get('arrived') or []) or 'none'}; "
         f"missing {', '.join(info.get('missing') or []) or 'none'}"
     )
     return text + (f"; dead: {', '.join(dead)}" if dead else "")

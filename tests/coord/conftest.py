@@ -3,17 +3,26 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 import uuid
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import pytest
-from aiohttp import web
-from coordkit import FAST, LoopbackServer, RankProc, make_shards, start_rank
+from coordkit import FAST, RankProc, make_shards, start_rank
 
 from astream._coord.config import CoordConfig
+from astream.testing import LoopbackServer
+
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
+    """Modules that set ``BOTH_LOOPS = True`` run every async test on asyncio and on uvloop."""
+    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
+    if getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
+        import uvloop
+
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
 
 
 @pytest.fixture
@@ -38,46 +47,11 @@ def remote(tmp_path: Path) -> tuple[Path, dict[str, str]]:
 
 @pytest.fixture
 def http_server(tmp_path: Path) -> Iterator[LoopbackServer]:
-    """Serve tmp_path/'served' on 127.0.0.1 from a thread with its own event loop."""
-    server = LoopbackServer(tmp_path / "served")
-    server.root.mkdir()
-    loop = asyncio.new_event_loop()
-    started = threading.Event()
-    runner: list[web.AppRunner] = []
-
-    async def handle(request: web.Request) -> web.StreamResponse:
-        name = request.match_info["name"]
-        server.counts[name] += 1
-        if server.delay:
-            await asyncio.sleep(server.delay)
-        if name in server.fail:
-            return web.Response(status=500, text="injected failure")
-        path = server.root / name
-        if not path.is_file():
-            return web.Response(status=404)
-        return web.Response(body=path.read_bytes())
-
-    async def start() -> None:
-        app = web.Application()
-        app.router.add_get("/{name:.+}", handle)
-        r = web.AppRunner(app, access_log=None)
-        await r.setup()
-        site = web.TCPSite(r, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        server.url = f"http://127.0.0.1:{port}"
-        runner.append(r)
-        started.set()
-
-    thread = threading.Thread(target=lambda: (loop.run_until_complete(start()), loop.run_forever()), daemon=True)
-    thread.start()
-    assert started.wait(10)
-    yield server
-    asyncio.run_coroutine_threadsafe(runner[0].cleanup(), loop).result(10)
-    loop.call_soon_threadsafe(loop.stop)
-    thread.join(10)
-    loop.close()
-
+    """astream.testing's loopback server on 127.0.0.1 over tmp_path/'served' (it counts requests)."""
+    root = tmp_path / "served"
+    root.mkdir()
+    with LoopbackServer(str(root)) as server:
+        yield server
 
 
 @pytest.fixture

@@ -16,6 +16,7 @@ from typing import Any
 
 from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import derive_address, try_bind
+from astream.testing import Fault, LoopbackServer
 
 HERE = Path(__file__).resolve().parent
 RANK_SCRIPT = HERE / "rank_proc.py"
@@ -37,18 +38,14 @@ def make_shards(root: Path, count: int, size: int = 4096) -> dict[str, str]:
     return digests
 
 
-@dataclass
-class LoopbackServer:
-    """A loopback HTTP server on 127.0.0.1 serving a folder, counting requests per path."""
+def counts(server: LoopbackServer, keys: list[str]) -> dict[str, int]:
+    """GET requests the loopback server saw for each key."""
+    return {key: server.count(key) for key in keys}
 
-    root: Path
-    url: str = ""
-    counts: Counter[str] = field(default_factory=Counter)
-    delay: float = 0.0
-    fail: set[str] = field(default_factory=set)
 
-    def total(self) -> int:
-        return sum(self.counts.values())
+def slow_down(server: LoopbackServer, seconds: float) -> None:
+    """Delay every answer, so requests for one shard overlap."""
+    server.add(Fault("delay", times=None, seconds=seconds))
 
 
 def shm_entries() -> set[str]:

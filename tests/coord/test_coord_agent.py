@@ -21,11 +21,13 @@ from astream._coord.agent import Agent
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.provider import SimpleProvider, SimpleProviderFactory
-from astream._coord.rendezvous import Address, derive_address, try_bind
+from astream._coord.rendezvous import Address, derive_address, try_bind, try_connect
 from astream._coord.watchdog import WatchdogTimeout
 from astream._coord.wire import HEADER, FrameDecoder, encode
 from astream._coord.world import World
 from astream.errors import BarrierTimeout, ConfigError, CoordinationError, DownloadError, UsageError
+
+BOTH_LOOPS = True
 
 
 def _no_factory() -> Any:
@@ -71,7 +73,9 @@ async def node(tmp_path: Path, run_id: str, config: CoordConfig) -> AsyncIterato
 
 
 async def raw_connect(address: Address) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-    return await asyncio.open_unix_connection(address.name)
+    sock = try_connect(address)  # uvloop cannot connect to an abstract name by itself
+    assert sock is not None
+    return await asyncio.open_unix_connection(sock=sock)
 
 
 async def read_frames(reader: asyncio.StreamReader) -> list[dict[str, Any]]:
