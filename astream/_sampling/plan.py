@@ -89,6 +89,18 @@ class EpochPlan:
 
     Raises:
         ConfigError: any parameter MosaicML would reject (before any work is done).
+
+    The resolved values are attributes (``num_canonical_nodes``, ``shuffle_block_size``,
+    ``epoch_size``, ``weights``, ``state_initial_physical_nodes``); ``rank_len`` is
+    ``len(dataset)`` per rank. :meth:`worker_ids` gives one worker's ids (for ``random``
+    batching without building the whole tensor: a plan kept per node serves all its
+    workers), :meth:`rank_order` what a rank's loader yields, :meth:`work` the whole tensor.
+
+    Example::
+
+        plan = EpochPlan([{"shard_sizes": [100, 250, 7]}], shuffle=True, batch_size=4,
+                         num_physical_nodes=2, ranks_per_node=8, workers_per_rank=4, epoch=3)
+        ids = plan.worker_ids(node=1, local_rank=5, worker=2)  # -1 marks padding
     """
 
     def __init__(
