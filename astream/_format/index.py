@@ -162,6 +162,8 @@ class ShardInfo:
         zip_data = None if zip_obj is None else FileInfo.from_json(zip_obj, f"{where}.zip_data", source)
         if compression is not None and zip_data is None:
             raise f.fail("zip_data", f"is null although compression is {compression!r}")
+        if compression is None and zip_data is not None:
+            raise f.fail("zip_data", "describes a compressed file although compression is null")
         raw_meta = zip_meta = None
         if fmt != "mds":
             raw_meta = FileInfo.from_json(f.get("raw_meta"), f"{where}.raw_meta", source)

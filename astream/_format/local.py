@@ -72,6 +72,7 @@ class LocalDataset:
         self.allow_unsafe_types = allow_unsafe_types
         self.validate_hash = None if validate_hash is None else check_algorithm(validate_hash, "validate_hash")
         self._layouts: list[RecordLayout] = []
+        self._layout_cache: dict[tuple[Any, ...], RecordLayout] = {}
         for info in self.index.shards:
             self._layouts.append(self._check_shard(info))
         self._starts = [0]
@@ -94,7 +95,11 @@ class LocalDataset:
                 get_codec(info.compression)
             except CompressionError as exc:
                 raise CompressionError(f"{source}: shard {info.index} ({info.stored.basename}): {exc}") from None
-        layout = RecordLayout.from_shard(info, source, self.allow_unsafe_types)
+        # Shards of one dataset share their columns: parse and check them once.
+        key = (info.column_names, info.column_encodings, info.column_sizes)
+        layout = self._layout_cache.get(key)
+        if layout is None:
+            layout = self._layout_cache[key] = RecordLayout.from_shard(info, source, self.allow_unsafe_types)
         if info.index and not layout.same_columns(self._layouts[0]):
             raise IndexFormatError(
                 f"{source}: shard {info.index} has columns {dict(zip(layout.names, layout.specs, strict=True))}, shard 0 has "

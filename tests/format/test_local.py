@@ -155,6 +155,8 @@ def test_validate_hash_must_be_known_and_recorded(plain: Path) -> None:
          CompressionError, "shard 0.*unknown compression 'lz4'"),
         (lambda ix: ix["shards"][2].update(column_names=["a", "id", "t", "v"]), IndexFormatError, "shard 2 has columns"),
         (lambda ix: ix["shards"][0].update(format="json"), IndexFormatError, "raw_meta"),
+        (lambda ix: ix["shards"][0].update(zip_data=ix["shards"][0]["raw_data"]), IndexFormatError,
+         r"shards\[0\]\.zip_data describes a compressed file although compression is null"),
     ],
 )
 def test_bad_index(plain: Path, tmp_path: Path, edit: Any, error: type[Exception], match: str) -> None:
