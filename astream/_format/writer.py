@@ -118,10 +118,16 @@ class MDSWriter:
         return path
 
     def _after_shard(self, paths: list[str]) -> None:
-        """Called once a shard's final file(s) are in place (no-op here)."""
+        """Called once a shard's final file(s) are durable and in place (no-op here).
+
+        Called on the writer's thread, in shard order, and always before index.json is
+        written. Because a shard's fsync overlaps with encoding the next one, the call for
+        shard k comes when shard k + 1 is flushed (or at :meth:`finish`). Not called for a
+        shard still in flight when the writer is aborted.
+        """
 
     def _after_index(self, path: str) -> None:
-        """Called once index.json is in place, after every shard (no-op here)."""
+        """Called once index.json is in place, after every shard's hook (no-op here)."""
 
     # --- public API -------------------------------------------------------------------
 
