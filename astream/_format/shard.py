@@ -144,7 +144,7 @@ class ShardReader:
             if bad.size:
                 k = int(bad[0])
                 raise self._fail(f"the record has {lengths[k]} bytes, its fixed-size columns need {layout.fixed_size}", k)
-            if n and layout.fixed_size:
+            if n:
                 # Records are back to back and equally long: one strided 2-D view.
                 self._region = self._u8[offsets[0] : offsets[-1]].reshape(n, layout.fixed_size)
         else:
