@@ -130,6 +130,7 @@ class EpochReader:
         self._slots = asyncio.Semaphore(max(1, max_concurrency))
         self._prefetch: asyncio.Task[None] | None = None
         self._held: set[int] = set()
+        self._requests: set[asyncio.Task[None]] = set()
 
     async def __aenter__(self) -> EpochReader:
         loop = asyncio.get_running_loop()
@@ -142,10 +143,11 @@ class EpochReader:
 
     async def aclose(self) -> None:
         task, self._prefetch = self._prefetch, None
-        if task is not None:
-            task.cancel()
-            with contextlib.suppress(BaseException):
-                await task
+        pending = [t for t in (task, *self._requests) if t is not None]
+        for t in pending:
+            t.cancel()
+        if pending:
+            await asyncio.gather(*pending, return_exceptions=True)
         for lease in sorted(self._held):
             await self._node.unpin(self._key(lease))
         self._held.clear()
@@ -162,23 +164,17 @@ class EpochReader:
     async def _run_prefetch(self) -> None:
         starts = self._lease_start
         total = len(starts)
-        tasks: set[asyncio.Task[None]] = set()
-        try:
-            while self._issued < total:
-                lease = self._issued
-                while starts[lease] > self._consumed + self._predownload:
-                    self._progress.clear()
-                    await self._progress.wait()
-                await self._slots.acquire()
-                self._issued += 1
-                task = asyncio.get_running_loop().create_task(self._request(lease))
-                tasks.add(task)
-                task.add_done_callback(tasks.discard)
-        finally:
-            for task in list(tasks):
-                task.cancel()
-            if tasks:
-                await asyncio.gather(*tasks, return_exceptions=True)
+        loop = asyncio.get_running_loop()
+        while self._issued < total:
+            lease = self._issued
+            while starts[lease] > self._consumed + self._predownload:
+                self._progress.clear()
+                await self._progress.wait()
+            await self._slots.acquire()
+            self._issued += 1
+            task = loop.create_task(self._request(lease))
+            self._requests.add(task)
+            task.add_done_callback(self._requests.discard)
 
     async def _request(self, lease: int) -> None:
         future = self._ready[lease]
