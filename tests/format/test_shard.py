@@ -264,3 +264,24 @@ def test_with_a_hash_a_mutated_shard_never_yields_a_wrong_sample(
 def test_shard_info_in_index_is_what_the_writer_wrote(hashed_dataset: Path) -> None:
     index = json.loads((hashed_dataset / "index.json").read_text())
     assert index["shards"][0]["samples"] == 8
+
+
+@pytest.fixture(scope="module", params=["zstd", "gz", "snappy"])
+def compressed_dataset(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return _write(tmp_path_factory.mktemp("zipped") / "ds", COLUMNS, 8, size_limit=None, compression=request.param)
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=mutations, cut=st.none() | st.integers(0, 400))
+def test_mutated_compressed_shards_raise_only_astream_errors(
+    compressed_dataset: Path, tmp_path_factory: pytest.TempPathFactory, changes: list[tuple[int, int]], cut: int | None
+) -> None:
+    copy = Path(shutil.copytree(compressed_dataset, tmp_path_factory.mktemp("zmut") / "ds"))
+    (stored,) = copy.glob("shard.00000.mds.*")
+    stored.write_bytes(_mutate(stored.read_bytes(), changes, cut))
+    try:
+        with LocalDataset(copy) as ds:
+            [ds[i] for i in range(len(ds))]
+            ds.get_batch(list(range(len(ds))))
+    except AstreamError:
+        pass
