@@ -85,6 +85,8 @@ class Request:
 class _State:
     faults: list[Fault] = field(default_factory=list)
     log: list[Request] = field(default_factory=list)
+    active: int = 0
+    max_active: int = 0
     lock: threading.Lock = field(default_factory=threading.Lock)
 
 
@@ -132,11 +134,18 @@ class LoopbackServer:
         with self._state.lock:
             self._state.faults.clear()
             self._state.log.clear()
+            self._state.max_active = 0
 
     @property
     def log(self) -> list[Request]:
         with self._state.lock:
             return list(self._state.log)
+
+    @property
+    def max_active(self) -> int:
+        """The most requests the server was answering at the same time."""
+        with self._state.lock:
+            return self._state.max_active
 
     def count(self, match: str = "*", method: str | None = "GET") -> int:
         """Requests so far whose path matches ``match`` (and ``method``, unless None)."""
@@ -164,6 +173,15 @@ class LoopbackServer:
         rel = request.match_info["tail"]
         with self._state.lock:
             self._state.log.append(Request(request.method, rel, request.headers.get("Range")))
+            self._state.active += 1
+            self._state.max_active = max(self._state.max_active, self._state.active)
+        try:
+            return await self._answer(request, rel)
+        finally:
+            with self._state.lock:
+                self._state.active -= 1
+
+    async def _answer(self, request: web.Request, rel: str) -> web.StreamResponse:
         path = self._resolve(rel)
         if request.method == "PUT":
             return await self._put(request, path)
@@ -244,7 +262,7 @@ class LoopbackServer:
     async def _start(self) -> None:
         app = web.Application(client_max_size=1 << 34)
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None, handle_signals=False)
+        self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
         site = web.TCPSite(self._runner, HOST, 0)
         await site.start()

@@ -313,12 +313,11 @@ class ShardEngine:
                 )
             await self._wait_change()
         else:
-            if entry.state is State.READY:
-                if self.validate_hash and not entry.verified:
-                    entry.state = State.BUSY
-                    self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=True))
-                else:
-                    self.stats.hits += 1
+            if entry.state is State.READY and self.validate_hash and not entry.verified:
+                entry.state = State.BUSY
+                self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=True))
+            else:
+                self.stats.hits += 1  # ready, or joining a transfer already running
         self.cache.pin(i)
         self._wake()
 

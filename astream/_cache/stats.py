@@ -18,7 +18,7 @@ class CacheStats:
     Attributes:
         bytes_downloaded: bytes received over the network (or read from a local remote).
         shards_downloaded: shards fetched and installed in the cache.
-        hits: requests served by a shard already in the cache (no transfer).
+        hits: requests served without a new transfer (shard in the cache, or already coming).
         misses: requests that needed a transfer.
         evictions: shards removed to stay under ``cache_limit``.
         retries: transfer attempts retried (any cause).

@@ -55,9 +55,9 @@ def fsync_dir(path: str) -> None:
 class BufferedSink:
     """A sink that consumes buffered chunks in an executor, one buffer at a time."""
 
-    def __init__(self, executor: Executor | None = None, flush_bytes: int = FLUSH_BYTES) -> None:
+    def __init__(self, executor: Executor | None = None, flush_bytes: int | None = None) -> None:
         self._executor = executor
-        self._flush_bytes = flush_bytes
+        self._flush_bytes = flush_bytes or FLUSH_BYTES
         self._buf: list[bytes] = []
         self._buffered = 0
         self._received = 0

@@ -212,10 +212,12 @@ async def test_a_forgotten_storage_warns(server: LoopbackServer, options: Storag
     await storage.read_bytes(f"{server.url}/small.bin")
     session = storage._session
     assert session is not None
-    del storage
-    with pytest.warns(ResourceWarning, match="HttpStorage was not closed"):
-        gc.collect()
-    await session.close()
+    try:
+        with pytest.warns(ResourceWarning, match="HttpStorage was not closed"):  # noqa: PT031
+            del storage
+            gc.collect()
+    finally:
+        await session.close()
 
 
 async def test_file_sink_commit_is_atomic(tmp_path: Path) -> None:
