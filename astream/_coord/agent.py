@@ -57,7 +57,7 @@ class _Conn(asyncio.Protocol):
         self.greeted = False
         self.clean = False
         self.closed = False
-        self.pins: Counter[str] = Counter()
+        self.pins: set[str] = set()  # a client pins a key once; it counts its own holds
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(agent.config.max_frame)
 
@@ -110,6 +110,36 @@ class _Conn(asyncio.Protocol):
             self.transport.close()
 
 
+class _Wait:
+    """One ``ensure``/``ensure_many`` request waiting for its shards."""
+
+    __slots__ = ("conn", "done", "index", "paths", "remaining", "request", "single")
+
+    def __init__(self, conn: _Conn, request: int, keys: list[str], single: bool) -> None:
+        self.conn, self.request, self.single, self.done = conn, request, single, False
+        self.paths: list[str | None] = [None] * len(keys)
+        self.index: dict[str, list[int]] = {}
+        for i, key in enumerate(keys):
+            self.index.setdefault(key, []).append(i)
+        self.remaining = len(self.index)
+
+    def deliver(self, key: str, path: str | None, error: BaseException | None) -> None:
+        """One shard is ready (or failed); answer once all are, or at the first failure."""
+        if self.done or key not in self.index:
+            return
+        if error is not None:
+            self.done = True
+            self.conn.send({"id": self.request, "ok": False, "error": error_body(error)})
+            return
+        for i in self.index.pop(key):
+            self.paths[i] = path
+        self.remaining -= 1
+        if self.remaining == 0:
+            self.done = True
+            answer = {"path": self.paths[0]} if self.single else {"paths": self.paths}
+            self.conn.send({"id": self.request, "ok": True, **answer})
+
+
 class Agent:
     """The node agent's state and request handling, bound to one event loop.
 
@@ -128,7 +158,7 @@ class Agent:
         self._count = 0
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[str]] = {}
-        self._waiters: dict[str, list[tuple[_Conn, int]]] = {}
+        self._waiters: dict[str, list[_Wait]] = {}
         self._stage: dict[str, tuple[str, float]] = {}
         self._epoch = 0
         self._epoch_set = False
@@ -204,11 +234,11 @@ class Agent:
         """A client's connection closed: release its pins, tell its barriers."""
         if self._conns.pop(conn.number, None) is None:
             return
-        for key, count in conn.pins.items():
-            self._add_pins(key, -count)
+        for key in conn.pins:
+            self._add_pins(key, -1)
         conn.pins.clear()
         for waiters in self._waiters.values():
-            waiters[:] = [w for w in waiters if w[0] is not conn]
+            waiters[:] = [w for w in waiters if w.conn is not conn]
         if conn.greeted:
             if not conn.clean:
                 log.info("astream agent: %s (pid %d) left without goodbye", conn.member, conn.pid)
@@ -230,7 +260,9 @@ class Agent:
             raise ProtocolError(f"op {op!r} before hello")
         request: int = msg.get("id", 0)
         if op == "ensure":
-            self._ensure(conn, msg["key"], request, pin=msg["pin"])
+            self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True)
+        elif op == "ensure_many":
+            self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False)
         elif op == "pin":
             self._pin(conn, msg["key"], 1)
         elif op == "unpin":
@@ -264,11 +296,12 @@ class Agent:
         conn.send({"id": msg["id"], "ok": True, "agent_pid": os.getpid(), "epoch": self._epoch})
 
     def _pin(self, conn: _Conn, key: str, delta: int) -> None:
-        if delta < 0 and conn.pins[key] <= 0:
-            return  # unpin without pin: ignore, as a set would
-        conn.pins[key] += delta
-        if conn.pins[key] <= 0:
-            del conn.pins[key]
+        if (key in conn.pins) == (delta > 0):
+            return  # pins are a set per connection: repeats change nothing
+        if delta > 0:
+            conn.pins.add(key)
+        else:
+            conn.pins.discard(key)
         self._add_pins(key, delta)
 
     def _add_pins(self, key: str, delta: int) -> None:
@@ -279,23 +312,25 @@ class Agent:
             count = 0
         self.provider.on_pins_changed(key, count)
 
-    def _ensure(self, conn: _Conn, key: str, request: int, *, pin: bool) -> None:
-        if pin:
-            self._pin(conn, key, 1)
-        path = self.provider.lookup(key)
-        if path is not None:
-            self.stats["hits"] += 1
-            conn.send({"id": request, "ok": True, "path": path})
-            return
-        self._waiters.setdefault(key, []).append((conn, request))
-        if key in self._inflight:
-            self.stats["coalesced"] += 1
-            return
-        self.stats["fetches"] += 1
-        self._stage[key] = ("queue", time.monotonic())
-        task = asyncio.get_running_loop().create_task(self._fetch(key))
-        self._inflight[key] = task
-        task.add_done_callback(lambda t, key=key: self._fetched(key, t))  # type: ignore[misc]
+    def _ensure(self, conn: _Conn, keys: list[str], request: int, *, pin: bool, single: bool) -> None:
+        wait = _Wait(conn, request, keys, single)
+        for key in keys:
+            if pin:
+                self._pin(conn, key, 1)
+            path = self.provider.lookup(key)
+            if path is not None:
+                self.stats["hits"] += 1
+                wait.deliver(key, path, None)
+                continue
+            self._waiters.setdefault(key, []).append(wait)
+            if key in self._inflight:
+                self.stats["coalesced"] += 1
+                continue
+            self.stats["fetches"] += 1
+            self._stage[key] = ("queue", time.monotonic())
+            task = asyncio.get_running_loop().create_task(self._fetch(key))
+            self._inflight[key] = task
+            task.add_done_callback(lambda t, key=key: self._fetched(key, t))  # type: ignore[misc]
 
     async def _fetch(self, key: str) -> str:
         def stage(name: str) -> None:
@@ -313,11 +348,8 @@ class Agent:
         if exc is not None:
             self.stats["fetch_errors"] += 1
             log.warning("astream agent: shard %r failed for %d waiter(s): %s", key, len(waiters), exc)
-            answer: dict[str, Any] = {"ok": False, "error": error_body(exc)}
-        else:
-            answer = {"ok": True, "path": task.result()}
-        for conn, request in waiters:
-            conn.send({"id": request, **answer})
+        for wait in waiters:
+            wait.deliver(key, None if exc else task.result(), exc)
 
     def _arrive(self, conn: _Conn, msg: dict[str, Any], request: int) -> None:
         name = msg["name"] if msg["op"] == "barrier" else f"epoch:{msg['name']}"
@@ -365,7 +397,7 @@ class Agent:
     def inspect_shard(self, key: str) -> dict[str, Any]:
         """What the node is doing about ``key``: stage, for how long, who waits."""
         stage, since = self._stage.get(key, ("ready" if self.provider.lookup(key) else "idle", time.monotonic()))
-        waiters = sorted({c.member for c, _ in self._waiters.get(key, [])})
+        waiters = sorted({w.conn.member for w in self._waiters.get(key, [])})
         return {"stage": stage, "stage_seconds": round(time.monotonic() - since, 3), "waiters": waiters,
                 "pins": self._pins.get(key, 0)}
 

@@ -209,27 +209,46 @@ class AsyncNodeClient:
             AstreamError: the provider's error (e.g. ``DownloadError``), as every waiter sees it.
             WatchdogTimeout: no answer within ``watch_fail_after``.
         """
-        known = self._paths.get(key) if self._pins[key] > 0 else None
-        if known is not None:
-            if pin:
-                self._pins[key] += 1
-            return known
-        agent_pins = False
+        return (await self.ensure_many([key], pin=pin))[0]
+
+    async def ensure_many(self, keys: Sequence[str], *, pin: bool = False) -> list[str]:
+        """:meth:`ensure` several shards in one round trip; answers when all are ready.
+
+        A loader that pins the window of shards its plan reads next pays one round trip
+        per window instead of one per shard.
+
+        Raises:
+            AstreamError: the first failure among them (every key this call pinned is unpinned).
+        """
+        paths: list[str | None] = [self._paths.get(k) if self._pins[k] > 0 else None for k in keys]
+        ask = [k for k, p in zip(keys, paths, strict=True) if p is None]
         if pin:
-            await self._connected()  # a first hello must not carry this pin too
-            agent_pins = self._pins[key] == 0  # the agent counts this client once per key
-            self._pins[key] += 1
-        try:
-            answer = await self._call({"op": "ensure", "key": key, "pin": agent_pins}, watch=f"shard {key!r}",
-                                      describe=lambda: self._inspect_shard(key))
-        except BaseException:
-            if pin:
-                await self.unpin(key)
-            raise
-        path: str = answer["path"]
-        if self._pins[key] > 0:
-            self._paths[key] = path
-        return path
+            if ask:
+                await self._connected()  # a first hello must not carry these pins too
+            for key in keys:
+                self._pins[key] += 1
+        if ask:
+            try:
+                if len(ask) == 1:
+                    answer = await self._call({"op": "ensure", "key": ask[0], "pin": pin}, watch=f"shard {ask[0]!r}",
+                                              describe=lambda: self._inspect_shard(ask[0]))
+                    got = [answer["path"]]
+                else:
+                    answer = await self._call({"op": "ensure_many", "keys": ask, "pin": pin},
+                                              watch=f"{len(ask)} shards ({ask[0]!r}...)",
+                                              describe=lambda: self._inspect_shard(ask[0]))
+                    got = answer["paths"]
+            except BaseException:
+                if pin:
+                    for key in keys:
+                        await self.unpin(key)
+                raise
+            fetched = dict(zip(ask, got, strict=True))
+            paths = [p if p is not None else fetched[k] for k, p in zip(keys, paths, strict=True)]
+            for key in ask:
+                if self._pins[key] > 0:
+                    self._paths[key] = fetched[key]
+        return [p for p in paths if p is not None]
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
@@ -351,9 +370,6 @@ class AsyncNodeClient:
             except AgentLost:
                 if not retry or attempt >= _MAX_REELECTIONS:
                     raise
-                message["pin"] = False if "pin" in message else None  # the new hello re-sent our pins
-                if message["pin"] is None:
-                    del message["pin"]
         raise AssertionError("unreachable")
 
     async def _connected(self) -> _Link:

@@ -114,12 +114,16 @@ class FrameDecoder:
 
 # -- message schemas -----------------------------------------------------------------
 
-_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS = "str", "int", "bool", "num", "parties", "int?", "strs"
+_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS = (
+    "str", "int", "bool", "num", "parties", "int?", "strs", "keys"
+)
+MAX_KEYS = 4096
 
 # op -> (fields, answer expected)
 REQUESTS: dict[str, dict[str, str]] = {
     "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_INT, "pins": _STRS},
     "ensure": {"key": _STR, "pin": _BOOL},
+    "ensure_many": {"keys": _KEYS, "pin": _BOOL},
     "pin": {"key": _STR},
     "unpin": {"key": _STR},
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
@@ -147,6 +151,8 @@ def _check(value: object, kind: str) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9
     if kind == _STRS:
         return isinstance(value, list) and all(_check(v, _STR) for v in value)
+    if kind == _KEYS:
+        return isinstance(value, list) and 0 < len(value) <= MAX_KEYS and _check(value, _STRS)
     if kind == _PARTIES:
         if isinstance(value, int) and not isinstance(value, bool):
             return 0 < value < 1 << 20

@@ -122,6 +122,39 @@ async def test_ensure_error_reaches_every_waiter_and_unpins(node: Node) -> None:
     assert node.provider.calls["bad"] == 2
 
 
+async def test_ensure_many_one_round_trip(node: Node) -> None:
+    node.provider.present.update({"a", "b"})
+    client = node.client("c")
+    waiting = asyncio.ensure_future(client.ensure_many(["a", "x", "b", "x", "y"], pin=True))
+    await asyncio.sleep(0.05)
+    assert not waiting.done()
+    node.provider.gate("x").set()
+    await asyncio.sleep(0.05)
+    assert not waiting.done()  # still waits for y
+    node.provider.gate("y").set()
+    paths = await waiting
+    assert [os.path.basename(p) for p in paths] == ["a", "x", "b", "x", "y"]
+    assert node.provider.pins == {"a": 1, "b": 1, "x": 1, "y": 1}
+    stats = await client.stats()
+    assert (stats["op_ensure_many"], stats["fetches"]) == (1, 2)
+    assert await client.ensure_many(["a", "b"], pin=True) == paths[::2][:2]  # held: no round trip
+    assert (await client.stats())["op_ensure_many"] == 1
+    for key in ["a", "x", "b", "x", "y", "a", "b"]:
+        await client.unpin(key)
+    await client.stats()
+    assert set(node.provider.pins.values()) == {0}
+
+
+async def test_ensure_many_fails_at_first_error(node: Node) -> None:
+    node.provider.errors["bad"] = DownloadError("shard 'bad' is gone")
+    node.provider.gate("bad").set()
+    client = node.client("c")
+    with pytest.raises(DownloadError, match="gone"):
+        await client.ensure_many(["ok", "bad"], pin=True)
+    await client.stats()
+    assert set(node.provider.pins.values()) == {0}
+
+
 async def test_pins_released_when_a_client_vanishes(node: Node) -> None:
     node.provider.present.update({"a", "b"})
     holder, watcher = node.client("holder"), node.client("watcher")
