@@ -195,11 +195,13 @@ class StreamingDataset:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_clients"], state["_shards"]
+        # The sample map holds compiled record layouts; it is rebuilt from the indexes.
+        del state["_clients"], state["_shards"], state["sample_map"]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self.sample_map = SampleMap(self.indexes, self.allow_unsafe_types)
         self._init_process_state()
 
     # -- indexes -----------------------------------------------------------------------------
@@ -229,14 +231,17 @@ class StreamingDataset:
         return self.plan(epoch=self._epoch, sample_in_epoch=0, workers_per_rank=1).rank_len
 
     def plan(self, *, epoch: int, sample_in_epoch: int, workers_per_rank: int, batch_size: int | None = None) -> EpochPlan:
-        """The epoch plan for this dataset, world and run state."""
+        """The epoch plan for this dataset, world and run state.
+
+        ``batch_size`` is used only when the dataset has none (a loader's batch size).
+        """
         ncn = self._run_ncn if self._run_ncn is not None else self.num_canonical_nodes
         return EpochPlan(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
              for s, sizes in zip(self.streams, self.sample_map.stream_shard_sizes(), strict=True)],
             shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=self._run_seed,
             num_canonical_nodes=ncn, shuffle_block_size=self.shuffle_block_size,
-            partition_algo=self.partition_algo, batch_size=batch_size or self.batch_size or 1,
+            partition_algo=self.partition_algo, batch_size=self.batch_size or batch_size or 1,
             num_physical_nodes=self.world.num_nodes, ranks_per_node=self.world.ranks_per_node,
             workers_per_rank=workers_per_rank, epoch=epoch, sample_in_epoch=sample_in_epoch,
             initial_physical_nodes=self._initial_physical_nodes, epoch_size=self.epoch_size,

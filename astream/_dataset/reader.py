@@ -15,7 +15,7 @@ import asyncio
 import contextlib
 import heapq
 from collections import OrderedDict
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import numpy as np
@@ -225,15 +225,24 @@ class EpochReader:
         parts = [(idx, self._reader(int(g)).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
         return _scatter(parts, b - a)
 
-    async def batches(self, batch_size: int, drop_last: bool) -> AsyncIterator[dict[str, Any]]:
-        """Yield the sequence as batches of ``batch_size`` (the last one shorter unless dropped)."""
+    async def batches(
+        self, batch_size: int, drop_last: bool, collate: Callable[[list[dict[str, Any]]], Any] | None = None
+    ) -> AsyncIterator[Any]:
+        """Yield the sequence as batches of ``batch_size`` (the last one shorter unless dropped).
+
+        Without ``collate`` a batch is read column-wise (vectorised); with it, samples are
+        read one by one and handed to ``collate`` as a list.
+        """
         n = len(self.ids)
         self._predownload = max(self._predownload, batch_size)  # a batch must fit the look-ahead
         stop_at = n - n % batch_size if drop_last else n
         for a in range(0, stop_at, batch_size):
             b = min(a + batch_size, n)
             await self._ready_until(b)
-            batch = self._read_batch(a, b)
+            if collate is None:
+                batch = self._read_batch(a, b)
+            else:
+                batch = collate([self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)])
             await self._advance(b)
             yield batch
 

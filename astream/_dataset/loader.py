@@ -1,0 +1,204 @@
+"""``Loader``: batches from a :class:`StreamingDataset`, sync or async, with workers.
+
+One async core: ``async for batch in loader`` runs it on the caller's loop, ``for
+batch in loader`` runs the same code on astream's loop thread and receives whole
+batches through a bounded queue. With ``num_workers > 0`` each worker (a process, or
+a thread) reads its share of the epoch plan and the loader merges their batches
+round-robin — the order a torch DataLoader gives over MosaicML Streaming — so
+``state_dict()`` and resumption mean exactly what they mean there.
+"""
+
+from __future__ import annotations
+
+import pickle
+from collections.abc import AsyncIterator, Callable, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from astream._dataset.bridge import SyncIterator
+from astream._dataset.dataset import StreamingDataset
+from astream._dataset.iteration import ManagedAsyncIterator
+from astream._dataset.runtime import portal
+from astream._dataset.workers import WORKER_MODES, WorkerPool
+from astream._storage.loop import new_event_loop
+from astream.errors import ConfigError
+
+__all__ = ["Loader"]
+
+Collate = Callable[[list[dict[str, Any]]], Any]
+
+
+def batch_length(batch: Any) -> int:
+    """Samples in a batch: a dict's first column, a sequence, or an array's first axis."""
+    if isinstance(batch, dict):
+        if not batch:
+            return 0
+        return batch_length(next(iter(batch.values())))
+    if isinstance(batch, np.ndarray):
+        return int(batch.shape[0]) if batch.ndim else 1
+    if hasattr(batch, "shape") and getattr(batch, "shape", None):
+        return int(batch.shape[0])
+    try:
+        return len(batch)
+    except TypeError:
+        return 1
+
+
+@dataclass
+class _EpochJob:
+    """What each loader worker runs: its share of one epoch (picklable)."""
+
+    dataset: StreamingDataset
+    epoch: int
+    offset: int
+    num_workers: int
+    batch_size: int
+    drop_last: bool
+    collate_fn: Collate | None
+    copy_dataset: bool
+
+    @asynccontextmanager
+    async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[Any]]:
+        # Thread workers share the process: each gets its own copy of the dataset so open
+        # shards and node clients are never shared between event loops.
+        ds = pickle.loads(pickle.dumps(self.dataset)) if self.copy_dataset else self.dataset
+        try:
+            async with ds.open_epoch_reader(
+                self.epoch, self.offset, worker=worker_id, workers_per_rank=self.num_workers,
+                batch_size=self.batch_size,
+            ) as reader:
+                yield reader.batches(self.batch_size, self.drop_last, self.collate_fn)
+        finally:
+            await ds.aclose()
+
+
+class Loader:
+    """Batches of a :class:`StreamingDataset` for this rank, in MosaicML Streaming's order.
+
+    Args:
+        dataset: the dataset.
+        batch_size: samples per batch; default the dataset's ``batch_size``.
+        num_workers: worker processes (or threads) reading in parallel; 0 reads in the
+            iterating process.
+        collate_fn: turns a list of sample dicts into a batch; default: a dict of NumPy
+            arrays read column-wise (lists for str/bytes/ragged columns).
+        drop_last: drop each worker's last, incomplete batch.
+        prefetch_batches: batches each worker (or the reader) keeps ready ahead.
+        worker_mode: ``"process"`` (started with forkserver/spawn, never fork) or ``"thread"``.
+
+    Raises:
+        ConfigError: no batch size anywhere, or a bad parameter.
+    """
+
+    def __init__(
+        self,
+        dataset: StreamingDataset,
+        batch_size: int | None = None,
+        num_workers: int = 0,
+        collate_fn: Collate | None = None,
+        drop_last: bool = False,
+        prefetch_batches: int = 2,
+        worker_mode: str = "process",
+    ) -> None:
+        if not isinstance(dataset, StreamingDataset):
+            raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
+        size = batch_size if batch_size is not None else dataset.batch_size
+        if size is None or isinstance(size, bool) or not isinstance(size, int) or size < 1:
+            raise ConfigError(
+                f"batch_size must be an int >= 1 (here or on the dataset), got {size!r}"
+            )
+        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
+            raise ConfigError(f"num_workers must be an int >= 0, got {num_workers!r}")
+        if isinstance(prefetch_batches, bool) or not isinstance(prefetch_batches, int) or prefetch_batches < 1:
+            raise ConfigError(f"prefetch_batches must be an int >= 1, got {prefetch_batches!r}")
+        if worker_mode not in WORKER_MODES:
+            raise ConfigError(f"worker_mode={worker_mode!r} is not one of {', '.join(WORKER_MODES)}")
+        if collate_fn is not None and not callable(collate_fn):
+            raise ConfigError("collate_fn must be callable")
+        self.dataset = dataset
+        self.batch_size = size
+        self.num_workers = num_workers
+        self.collate_fn = collate_fn
+        self.drop_last = bool(drop_last)
+        self.prefetch_batches = prefetch_batches
+        self.worker_mode = worker_mode
+        self.num_samples_yielded = 0
+
+    # -- the async core ----------------------------------------------------------------------
+
+    async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for batch in batches:
+            # Counted as it is handed over, i.e. what the training loop received.
+            self.num_samples_yielded += batch_length(batch)
+            yield batch
+
+    @asynccontextmanager
+    async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
+        ds = self.dataset
+        node = await ds.node()
+        epoch, offset = await ds.begin_epoch(node)
+        self.num_samples_yielded = 0
+        if self.num_workers == 0:
+            async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1,
+                                            batch_size=self.batch_size) as reader:
+                batches = reader.batches(self.batch_size, self.drop_last, self.collate_fn)
+                yield self._counted(batches) if count else batches
+            return
+        job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
+                        self.collate_fn, copy_dataset=self.worker_mode == "thread")
+        async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
+                              loop_factory=new_event_loop) as pool:
+            yield self._counted(pool.batches()) if count else pool.batches()
+
+    def __aiter__(self) -> ManagedAsyncIterator[Any]:
+        """``async for batch in loader``: this rank's batches of the next epoch."""
+        return ManagedAsyncIterator(self._open_epoch())
+
+    def __iter__(self) -> Iterator[Any]:
+        """``for batch in loader``: the same batches, through astream's loop thread."""
+        # Counted here, as the caller receives each batch, not when the loop thread made it.
+        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False), maxsize=self.prefetch_batches)
+        self.num_samples_yielded = 0
+        try:
+            for batch in batches:
+                self.num_samples_yielded += batch_length(batch)
+                yield batch
+        finally:
+            batches.close()
+
+    def __len__(self) -> int:
+        """Batches this rank yields per epoch (with this loader's workers and drop_last)."""
+        plan = self.dataset.plan(epoch=self.dataset._epoch, sample_in_epoch=0,
+                                 workers_per_rank=max(1, self.num_workers), batch_size=self.batch_size)
+        total = 0
+        for worker in range(max(1, self.num_workers)):
+            ids = plan.worker_ids(self.dataset.world.node, self.dataset.world.local_rank, worker)
+            count = int((ids >= 0).sum())
+            total += count // self.batch_size if self.drop_last else -(-count // self.batch_size)
+        return total
+
+    # -- resumption --------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to resume from: MosaicML StreamingDataLoader's keys plus a fingerprint.
+
+        ``sample_in_epoch`` counts samples of all ranks: what this loader handed out times
+        the number of ranks (divided by ``replication``), as MosaicML computes it.
+        """
+        world = self.dataset.unique_world
+        consumed = self.num_samples_yielded * world.world_size
+        if self.dataset.replication:
+            consumed //= self.dataset.replication
+        return self.dataset.state_dict(consumed, from_beginning=False)
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Resume mid-epoch at the next iteration (also on another world shape).
+
+        Raises:
+            StateError: the state does not fit this dataset or world.
+        """
+        self.dataset.load_state_dict(state)
+        self.num_samples_yielded = 0
