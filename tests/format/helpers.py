@@ -33,9 +33,31 @@ class Expected:
         self.entry = entry
         data = json.loads((mds_dir / entry["expected_json"]).read_text())
         self.columns: dict[str, str] = data["columns"]
-        self.samples: list[dict[str, Any]] = data["samples"]
-        npz = entry.get("expected_npz")
+        # Big datasets (tiny50k) are stored column-wise: one npz array per column.
+        self.columnar = bool(data.get("columnar"))
+        self.samples: list[dict[str, Any]] = data.get("samples", [])
+        self.num_samples: int = data.get("num_samples", len(self.samples))
+        self._npz_keys = data.get("npz_keys")
+        npz = entry.get("expected_npz") or (
+            entry["expected_json"][: -len(".json")] + ".npz" if self.columnar else None
+        )
         self.arrays = dict(np.load(mds_dir / npz)) if npz else {}
+
+    def column(self, name: str) -> Any:
+        """The whole expected column of a columnar dataset."""
+        keys = self._npz_keys
+        key = keys[name] if isinstance(keys, dict) and name in keys else f"col/{name}"
+        return self.arrays[key]
+
+    def build_sample(self, i: int) -> dict[str, Any]:
+        """Sample ``i`` as a user would write it."""
+        if not self.columnar:
+            return {name: self.build(tagged) for name, tagged in self.samples[i]["values"].items()}
+        sample = {}
+        for name, encoding in self.columns.items():
+            value = self.column(name)[i]
+            sample[name] = int(value) if encoding in ("int", "str_int") else str(value) if encoding == "str" else value
+        return sample
 
     def check(self, actual: Any, tagged: dict[str, Any], where: str) -> None:
         """Assert ``actual`` is exactly the tagged value (bit for bit for numbers)."""

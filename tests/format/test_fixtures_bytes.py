@@ -32,7 +32,11 @@ def _contains_set(tagged: Any) -> bool:
     return False
 
 
-@pytest.fixture(scope="module", params=WITH_EXPECTED, ids=lambda d: d["name"])
+# astream writes MDS only; datasets in the peer's other formats are checked by the read tests.
+MDS_EXPECTED = [d for d in WITH_EXPECTED if d.get("format", "mds") == "mds"]
+
+
+@pytest.fixture(scope="module", params=MDS_EXPECTED, ids=lambda d: d["name"])
 def recorded(request: pytest.FixtureRequest, mds_dir: Path) -> tuple[LocalDataset, Expected]:
     entry: dict[str, Any] = request.param
     root, split = dataset_root(mds_dir, entry)
@@ -51,6 +55,8 @@ def _stored_columns(ds: LocalDataset, i: int) -> dict[str, bytes]:
 
 def _rebuilt_sample(ds: LocalDataset, expected: Expected, i: int) -> dict[str, Any]:
     """The sample's values as a user would write them; stored bytes for lossy columns."""
+    if expected.columnar:
+        return expected.build_sample(i)
     stored = _stored_columns(ds, i)
     sample = {}
     for name, tagged in expected.samples[i]["values"].items():
@@ -65,6 +71,12 @@ def _rebuilt_sample(ds: LocalDataset, expected: Expected, i: int) -> dict[str, A
 def test_each_column_encodes_to_the_recorded_bytes(recorded: tuple[LocalDataset, Expected]) -> None:
     ds, expected = recorded
     checked = 0
+    if expected.columnar:
+        for i in range(0, expected.num_samples, 5):
+            stored = _stored_columns(ds, i)
+            for name, value in expected.build_sample(i).items():
+                assert encode_value(get_encoding(ds.columns[name]), value) == stored[name], (i, name)
+                checked += 1
     for i, want in enumerate(expected.samples):
         stored = _stored_columns(ds, i)
         for name, tagged in want["values"].items():
@@ -83,6 +95,8 @@ def test_each_column_encodes_to_the_recorded_bytes(recorded: tuple[LocalDataset,
 
 def test_each_record_hashes_to_raw_sha1(recorded: tuple[LocalDataset, Expected]) -> None:
     ds, expected = recorded
+    if expected.columnar:
+        pytest.skip("column-wise expected values carry no record digests")
     layout = ds.shard(0).layout
     for i, want in enumerate(expected.samples):
         record = layout.encode(_rebuilt_sample(ds, expected, i), i)
