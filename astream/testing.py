@@ -183,8 +183,6 @@ class LoopbackServer:
 
     async def _answer(self, request: web.Request, rel: str) -> web.StreamResponse:
         path = self._resolve(rel)
-        if request.method == "PUT":
-            return await self._put(request, path)
         fault = self._take_fault(rel)
         if fault is not None and fault.kind == "delay":
             await asyncio.sleep(fault.seconds)
@@ -192,6 +190,8 @@ class LoopbackServer:
         if fault is not None and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
             return web.Response(status=fault.status, text=f"injected {fault.status}\n", headers=headers)
+        if request.method == "PUT":
+            return await self._put(request, path)
         if not os.path.isfile(path):  # noqa: ASYNC240 - test server, a stat
             raise web.HTTPNotFound()
         if fault is None and self.ranges:
