@@ -20,10 +20,11 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import logging
 import os
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any, cast
 
 from astream import errors
@@ -39,6 +40,7 @@ from astream.errors import BarrierTimeout, CoordinationError, UsageError
 __all__ = ["AgentLost", "AsyncNodeClient"]
 
 _MAX_REELECTIONS = 5
+log = logging.getLogger("astream.coord")
 
 
 class AgentLost(CoordinationError):
@@ -55,8 +57,10 @@ def _error(body: dict[str, Any]) -> errors.AstreamError:
 class _Link(asyncio.Protocol):
     """One connection to the agent, multiplexing requests by id."""
 
-    def __init__(self, max_frame: int) -> None:
+    def __init__(self, max_frame: int, on_lost: Callable[[], None] | None = None) -> None:
         self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
+        self.on_lost = on_lost
+        self.closing = False
         self.transport: asyncio.Transport | None = None
         self.lost = False
         self._outbox: list[bytes] = []
@@ -84,6 +88,8 @@ class _Link(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._fail_all(AgentLost(f"the node agent closed the connection ({exc or 'EOF'})"))
+        if not self.closing and self.on_lost is not None:
+            self.on_lost()
 
     def _fail_all(self, exc: CoordinationError) -> None:
         self.lost = True
@@ -122,6 +128,7 @@ class _Link(asyncio.Protocol):
         self._outbox.clear()
 
     def close(self) -> None:
+        self.closing = True
         if self.transport is not None:
             self._flush()
             self.transport.close()
@@ -158,6 +165,7 @@ class AsyncNodeClient:
         self._epoch_hint: int | None = None
         self._closed = False
         self._opened = False
+        self._rejoin: asyncio.Task[None] | None = None
         self.agent_pid: int | None = None
         self.started_agents = 0
 
@@ -179,6 +187,8 @@ class AsyncNodeClient:
         if self._closed:
             return
         self._closed = True
+        if self._rejoin is not None:
+            self._rejoin.cancel()
         link, self._link = self._link, None
         if link is not None and not link.lost:
             link.notify({"op": "bye"})
@@ -188,7 +198,8 @@ class AsyncNodeClient:
         if self._opened and not self._closed:
             _warn(f"unclosed {self!r}; use 'async with' or await aclose()", ResourceWarning, stacklevel=1)
             if self._link is not None:
-                self._link.close()
+                with contextlib.suppress(Exception):  # its loop may be gone already
+                    self._link.close()
 
     def __repr__(self) -> str:
         return f"<AsyncNodeClient {self.member} agent={self.address}>"
@@ -329,6 +340,18 @@ class AsyncNodeClient:
 
     # -- machinery ----------------------------------------------------------------------
 
+    def _agent_lost(self) -> None:
+        """The agent went away: rejoin now, so the next agent learns our pins before it evicts."""
+        if self._closed or (self._rejoin is not None and not self._rejoin.done()):
+            return
+        self._rejoin = asyncio.get_running_loop().create_task(self._rejoin_quietly())
+
+    async def _rejoin_quietly(self) -> None:
+        try:
+            await self._connected()
+        except CoordinationError as exc:  # the next call raises it again, to its caller
+            log.warning("astream: %s could not rejoin the node: %s", self.member, exc)
+
     async def _arrive(self, op: str, name: str, parties: int | Sequence[str] | None,
                       timeout: float | None) -> dict[str, Any]:
         if parties is None:
@@ -415,7 +438,9 @@ class AsyncNodeClient:
     async def _hello(self, sock: Any) -> _Link:
         loop = asyncio.get_running_loop()
         try:
-            _, link = await loop.create_unix_connection(lambda: _Link(self.config.max_frame), sock=sock)
+            _, link = await loop.create_unix_connection(
+                lambda: _Link(self.config.max_frame, self._agent_lost), sock=sock
+            )
         except BaseException:
             sock.close()
             raise
