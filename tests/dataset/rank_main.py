@@ -1,0 +1,49 @@
+"""One rank of a multi-process test job (run as a subprocess by test_multiprocess.py).
+
+Reads its place from RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE like any launched job,
+iterates one epoch through a Loader (optionally stopping after some batches and saving
+the state), and writes what it saw as JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+
+from astream._dataset.dataset import StreamingDataset
+from astream._dataset.loader import Loader
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--remote", required=True)
+    parser.add_argument("--cache", required=True)
+    parser.add_argument("--out", required=True)
+    parser.add_argument("--workers", type=int, default=0)
+    parser.add_argument("--batch-size", type=int, default=4)
+    parser.add_argument("--take", type=int, default=None, help="stop after this many batches and save state")
+    parser.add_argument("--resume", default=None, help="a state file to resume from")
+    args = parser.parse_args()
+    rank, per_node = int(os.environ["RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
+    node = rank // per_node
+    ds = StreamingDataset(remote=args.remote, local=os.path.join(args.cache, f"node{node}"), shuffle=True,
+                          shuffle_seed=7, batch_size=args.batch_size)
+    loader = Loader(ds, num_workers=args.workers)
+    if args.resume:
+        with open(args.resume) as f:
+            loader.load_state_dict(json.load(f))
+    ids: list[int] = []
+    state = None
+    for n, batch in enumerate(loader, start=1):
+        ids.extend(int(i) for i in batch["id"])
+        if args.take is not None and n == args.take:
+            state = loader.state_dict()
+            break
+    ds.close()
+    with open(args.out, "w") as f:
+        json.dump({"ids": ids, "state": state, "len": len(ds)}, f)
+
+
+if __name__ == "__main__":
+    main()
