@@ -1,0 +1,169 @@
+"""StreamingDataset and Loader behaviour: access, iteration flavours, state, bad input."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from astream import MDSWriter
+from astream._coord.world import World
+from astream._dataset.dataset import StreamingDataset
+from astream._dataset.loader import Loader
+from astream._dataset.stream import Stream
+from astream.errors import ConfigError, IndexFormatError, RemoteNotFoundError, StateError, UnsafeTypeError
+from astream.testing import LoopbackServer
+
+N = 300
+
+
+@pytest.fixture(scope="module")
+def remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("remote")
+    with MDSWriter(out=str(root), columns={"id": "int64", "x": "ndarray:float32:3", "s": "str"},
+                   compression="zstd", hashes=["xxh64"], size_limit="3kb") as writer:
+        for i in range(N):
+            writer.write({"id": i, "x": np.full(3, i, np.float32), "s": "é" * (i % 5)})
+    return root
+
+
+@pytest.fixture
+def dataset(remote: Path, tmp_path: Path):
+    ds = StreamingDataset(remote=str(remote), local=str(tmp_path / "cache"), shuffle=True, batch_size=8,
+                          validate_hash="xxh64")
+    yield ds
+    ds.close()
+
+
+def test_shape_and_random_access(dataset: StreamingDataset) -> None:
+    assert dataset.size == N
+    assert len(dataset) == N
+    assert dataset.columns == {"id": "int64", "s": "str", "x": "ndarray:float32:3"}
+    assert int(dataset[7]["id"]) == 7
+    assert int(dataset[-1]["id"]) == N - 1
+    batch = dataset.get_batch([3, 250, 4])
+    assert batch["id"].tolist() == [3, 250, 4]
+    assert batch["x"].shape == (3, 3)
+    assert batch["s"] == ["é" * 3, "", "é" * 4]
+    with pytest.raises(IndexError):
+        dataset[N]
+
+
+def test_epochs_advance_and_follow_the_plan(dataset: StreamingDataset) -> None:
+    first = [int(s["id"]) for s in dataset]
+    second = [int(s["id"]) for s in dataset]
+    assert sorted(first) == sorted(second) == list(range(N))
+    assert first != second
+    for epoch, got in enumerate((first, second)):
+        plan = dataset.plan(epoch=epoch, sample_in_epoch=0, workers_per_rank=1)
+        assert got == plan.rank_order(0, 0).tolist()
+
+
+@pytest.mark.parametrize(("workers", "mode"), [(0, "process"), (3, "thread"), (2, "process")])
+def test_loader_batches_sync_and_async_agree(dataset: StreamingDataset, workers: int, mode: str) -> None:
+    loader = Loader(dataset, num_workers=workers, worker_mode=mode, drop_last=False)
+    sync_ids = [b["id"].tolist() for b in loader]
+    assert len(sync_ids) == len(loader)
+
+    async def collect() -> list[list[int]]:
+        out = [b["id"].tolist() async for b in loader]
+        await dataset.aclose()
+        return out
+
+    dataset.load_state_dict({**loader.state_dict(), "epoch": 0, "sample_in_epoch": 0})
+    async_ids = asyncio.run(collect())
+    assert async_ids == sync_ids
+    flat = [i for b in sync_ids for i in b]
+    assert sorted(flat) == list(range(N))
+    plan = dataset.plan(epoch=0, sample_in_epoch=0, workers_per_rank=max(1, workers))
+    assert flat == plan.rank_order(0, 0).tolist()
+
+
+def test_custom_collate_gets_sample_lists(dataset: StreamingDataset) -> None:
+    loader = Loader(dataset, batch_size=10, collate_fn=lambda samples: [int(s["id"]) for s in samples])
+    batches = list(loader)
+    assert all(isinstance(b, list) for b in batches)
+    assert sorted(i for b in batches for i in b) == list(range(N))
+
+
+def test_state_resumes_without_repeats_on_the_same_object(dataset: StreamingDataset) -> None:
+    loader = Loader(dataset, num_workers=0)
+    seen: list[int] = []
+    for n, batch in enumerate(loader, start=1):
+        seen.extend(batch["id"].tolist())
+        if n == 6:
+            break
+    state = loader.state_dict()
+    assert state["sample_in_epoch"] == 48
+    assert state["epoch"] == 0
+    # MosaicML ignores a state loaded into a dataset that already iterated; astream resumes.
+    loader.load_state_dict(state)
+    rest = [i for b in loader for i in b["id"].tolist()]
+    assert sorted(seen + rest) == list(range(N))
+
+
+def test_dataset_pickles_without_resources(dataset: StreamingDataset) -> None:
+    int(dataset[0]["id"])
+    clone = pickle.loads(pickle.dumps(dataset))
+    assert int(clone[5]["id"]) == 5
+    clone.close()
+
+
+def test_bad_states_are_refused_before_any_download(dataset: StreamingDataset, remote: Path, tmp_path: Path) -> None:
+    good = Loader(dataset).state_dict()
+    with pytest.raises(StateError, match="lacks"):
+        dataset.load_state_dict({"epoch": 0})
+    with pytest.raises(StateError, match="past the end"):
+        dataset.load_state_dict({**good, "sample_in_epoch": N + 1})
+    with pytest.raises(StateError, match="another dataset"):
+        dataset.load_state_dict({**good, "astream_fingerprint": "0123456789abcdef"})
+    with pytest.raises(StateError, match="non-negative int"):
+        dataset.load_state_dict({**good, "epoch": -1})
+    # orig partitioning needs the node count and the canonical nodes to divide one another.
+    two_nodes = World(rank=0, world_size=2, local_rank=0, ranks_per_node=1)
+    orig = StreamingDataset(remote=str(remote), local=str(tmp_path / "c2"), partition_algo="orig", batch_size=8,
+                            world=two_nodes)
+    with pytest.raises(StateError, match="current world"):
+        orig.load_state_dict({**good, "num_canonical_nodes": 3, "initial_physical_nodes": 3})
+    orig.close()
+
+
+def test_bad_config_is_refused(remote: Path, tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="shuffle_algo"):
+        StreamingDataset(remote=str(remote), local=str(tmp_path / "c"), shuffle_algo="py3")
+    with pytest.raises(ConfigError, match="batch_size"):
+        StreamingDataset(remote=str(remote), local=str(tmp_path / "c"), batch_size=0)
+    with pytest.raises(ConfigError, match="remote=, local="):
+        StreamingDataset()
+    with pytest.raises(ConfigError, match="not both"):
+        StreamingDataset(streams=[Stream(remote=str(remote))], remote=str(remote))
+    with pytest.raises(ConfigError, match="proportion"):
+        StreamingDataset(streams=[Stream(remote=str(remote), local=str(tmp_path / "a"), proportion=0.5),
+                                  Stream(remote=str(remote), local=str(tmp_path / "b"), repeat=2)])
+    with pytest.raises(ConfigError, match="batch_size"):
+        Loader(StreamingDataset(remote=str(remote), local=str(tmp_path / "c")))
+
+
+def test_missing_remote_and_corrupt_index(tmp_path: Path) -> None:
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with LoopbackServer(str(empty)) as server, pytest.raises(RemoteNotFoundError, match="index.json"):
+        StreamingDataset(remote=server.url, local=str(tmp_path / "c"))
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "index.json").write_text('{"version": 2, "shards": [{"version": 2}]}')
+    with pytest.raises(IndexFormatError, match="format"):
+        StreamingDataset(local=str(bad))
+
+
+def test_pickle_columns_need_opt_in(tmp_path: Path) -> None:
+    with MDSWriter(out=str(tmp_path / "p"), columns={"obj": "pkl"}) as writer:
+        writer.write({"obj": {"a": 1}})
+    with pytest.raises(UnsafeTypeError, match="allow_unsafe_types"):
+        StreamingDataset(local=str(tmp_path / "p"))
+    ds = StreamingDataset(local=str(tmp_path / "p"), allow_unsafe_types=True)
+    assert ds[0]["obj"] == {"a": 1}
+    ds.close()
