@@ -54,11 +54,9 @@ async def iterate_ranks(
     """
 
     async def one(i: int, ds: StreamingDataset) -> list[int]:
-        ids: list[int] = []
         if num_workers is None:
-            async for sample in ds:
-                ids.append(int(sample["id"]))
-            return ids
+            return [int(sample["id"]) async for sample in ds]
+        ids: list[int] = []
         loader = loaders[i] if loaders is not None else Loader(ds, batch_size=batch_size, num_workers=num_workers,
                                                                worker_mode="thread")
         it = loader.__aiter__()

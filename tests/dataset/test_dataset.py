@@ -150,7 +150,7 @@ def test_bad_config_is_refused(remote: Path, tmp_path: Path) -> None:
 def test_missing_remote_and_corrupt_index(tmp_path: Path) -> None:
     empty = tmp_path / "empty"
     empty.mkdir()
-    with LoopbackServer(str(empty)) as server, pytest.raises(RemoteNotFoundError, match="index.json"):
+    with LoopbackServer(str(empty)) as server, pytest.raises(RemoteNotFoundError, match=r"index\.json"):
         StreamingDataset(remote=server.url, local=str(tmp_path / "c"))
     bad = tmp_path / "bad"
     bad.mkdir()
