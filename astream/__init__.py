@@ -8,6 +8,9 @@ from __future__ import annotations
 import contextlib
 
 from astream import errors
+from astream._dataset.dataset import StreamingDataset
+from astream._dataset.loader import Loader
+from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
 from astream._format.writer import MDSWriter
 from astream.errors import AstreamError
@@ -17,7 +20,10 @@ __version__ = "0.1.0.dev0"
 __all__ = [
     "AstreamError",
     "LocalDataset",
+    "Loader",
     "MDSWriter",
+    "Stream",
+    "StreamingDataset",
     "__version__",
     "errors",
 ]
@@ -30,4 +36,4 @@ def _adopt(*objects: object) -> None:
             obj.__module__ = "astream"
 
 
-_adopt(LocalDataset, MDSWriter)
+_adopt(LocalDataset, Loader, MDSWriter, Stream, StreamingDataset)
