@@ -23,9 +23,10 @@ import numpy.typing as npt
 
 from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm, hash_bytes
-from astream._format.index import INDEX_NAME, Index, ShardInfo
+from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, decode_rows, map_file, out_of_range
+from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
 from astream.errors import (
     CompressionError,
     ConfigError,
@@ -39,6 +40,9 @@ __all__ = ["LocalDataset"]
 # Each mmap holds a file descriptor, and each decompressed shard its raw bytes: keep
 # the most recently used ones open within these bounds.
 _MAX_OPEN_SHARDS = 256
+
+AnyShardReader = ShardReader | TextShardReader
+AnyLayout = RecordLayout | TextLayout
 _MAX_DECOMPRESSED_BYTES = 1 << 30
 
 
@@ -71,7 +75,7 @@ class LocalDataset:
         self.index = Index.load(os.path.join(self.root, INDEX_NAME))
         self.allow_unsafe_types = allow_unsafe_types
         self.validate_hash = None if validate_hash is None else check_algorithm(validate_hash, "validate_hash")
-        self._layouts: list[RecordLayout] = []
+        self._layouts: list[AnyLayout] = []
         self._layout_cache: dict[tuple[Any, ...], RecordLayout] = {}
         for info in self.index.shards:
             self._layouts.append(self._check_shard(info))
@@ -79,38 +83,40 @@ class LocalDataset:
         for info in self.index.shards:
             self._starts.append(self._starts[-1] + info.samples)
         self._starts_np = np.asarray(self._starts, np.int64)
-        self._open: OrderedDict[int, tuple[ShardReader, int]] = OrderedDict()
+        self._open: OrderedDict[int, tuple[AnyShardReader, int]] = OrderedDict()
         self._decompressed_bytes = 0
         self._lock = threading.Lock()
-        self._hot: tuple[int, int, ShardReader] | None = None
+        self._hot: tuple[int, int, AnyShardReader] | None = None
 
-    def _check_shard(self, info: ShardInfo) -> RecordLayout:
+    def _check_shard(self, info: ShardInfo) -> AnyLayout:
         source = self.index.source
-        if info.format != "mds":
-            raise IndexFormatError(
-                f"{source}: shard {info.index} has format {info.format!r}; LocalDataset reads 'mds' shards only"
-            )
         if info.compression is not None:
             try:
                 get_codec(info.compression)
             except CompressionError as exc:
                 raise CompressionError(f"{source}: shard {info.index} ({info.stored.basename}): {exc}") from None
-        # Shards of one dataset share their columns: parse and check them once.
-        key = (info.column_names, info.column_encodings, info.column_sizes)
-        layout = self._layout_cache.get(key)
-        if layout is None:
-            layout = self._layout_cache[key] = RecordLayout.from_shard(info, source, self.allow_unsafe_types)
+        layout: AnyLayout
+        if info.format in SPLIT_FORMATS:
+            layout = TextLayout(info, source)
+        else:
+            # Shards of one dataset share their columns: parse and check them once.
+            key = (info.column_names, info.column_encodings, info.column_sizes)
+            cached = self._layout_cache.get(key)
+            if cached is None:
+                cached = self._layout_cache[key] = RecordLayout.from_shard(info, source, self.allow_unsafe_types)
+            layout = cached
         if info.index and not layout.same_columns(self._layouts[0]):
             raise IndexFormatError(
                 f"{source}: shard {info.index} has columns {dict(zip(layout.names, layout.specs, strict=True))}, shard 0 has "
                 f"{dict(zip(self._layouts[0].names, self._layouts[0].specs, strict=True))}; one dataset must have one set of columns"
             )
         algo = self.validate_hash
-        if algo is not None and algo not in info.stored.hashes:
-            raise ConfigError(
-                f"validate_hash={algo!r}, but {source} records only {sorted(info.stored.hashes) or 'no hashes'} "
-                f"for {info.stored.basename}; pick one of those or validate_hash=None"
-            )
+        for stored in (info.stored, info.stored_meta):
+            if algo is not None and stored is not None and algo not in stored.hashes:
+                raise ConfigError(
+                    f"validate_hash={algo!r}, but {source} records only {sorted(stored.hashes) or 'no hashes'} "
+                    f"for {stored.basename}; pick one of those or validate_hash=None"
+                )
         return layout
 
     # --- shape ------------------------------------------------------------------------
@@ -187,13 +193,15 @@ class LocalDataset:
         if not len(unique):
             return self._empty_batch()
         layout = self._layouts[int(unique[0])]
-        if layout.num_var == 0:
+        if isinstance(layout, RecordLayout) and layout.num_var == 0:
             # All columns fixed-size: copy every record once, straight into one row
             # array, then decode each column from it with one view.
             rows = np.empty((len(idx), layout.fixed_size), np.uint8)
             for shard in unique.tolist():
                 where = np.flatnonzero(shards == shard)
-                self.shard(shard).copy_rows(idx[where] - self._starts[shard], rows, where)
+                reader = self.shard(shard)
+                assert isinstance(reader, ShardReader)
+                reader.copy_rows(idx[where] - self._starts[shard], rows, where)
             return decode_rows(layout, rows, self.root, idx)
         parts = []
         for shard in unique.tolist():
@@ -224,7 +232,7 @@ class LocalDataset:
 
     # --- shards -------------------------------------------------------------------------
 
-    def shard(self, position: int) -> ShardReader:
+    def shard(self, position: int) -> AnyShardReader:
         """The reader of shard ``position``, opening (and validating) it on first use."""
         with self._lock:
             entry = self._open.get(position)
@@ -255,26 +263,33 @@ class LocalDataset:
                 "the file is corrupt or stale: delete it so it is fetched or written again"
             )
 
-    def _open_shard(self, position: int) -> tuple[ShardReader, int]:
-        info = self.index.shards[position]
-        layout = self._layouts[position]
-        raw_path = os.path.join(self.root, info.raw_data.basename)
-        if os.path.exists(raw_path) or info.zip_data is None:
+    def _load(
+        self, position: int, raw: FileInfo, zipped: FileInfo | None, compression: str | None
+    ) -> tuple[bytes | mmap.mmap, int, str]:
+        """One file of a shard, uncompressed: (buffer, bytes held in memory, file name).
+
+        A raw file present on disk is mapped (and preferred); otherwise the compressed file
+        is read, hash-checked and decompressed in memory.
+        """
+        raw_path = os.path.join(self.root, raw.basename)
+        if os.path.exists(raw_path) or zipped is None:
+            if raw.bytes == 0 and os.path.isfile(raw_path) and os.path.getsize(raw_path) == 0:
+                self._check_hash(raw_path, b"", raw.hashes)
+                return b"", 0, raw_path  # an empty data file (a 0-sample text shard) cannot be mapped
             mapped = map_file(raw_path, position)
             try:
-                if len(mapped) != info.raw_data.bytes:
+                if len(mapped) != raw.bytes:
                     raise ShardFormatError(
                         f"{raw_path} (shard {position}): the file has {len(mapped)} bytes, index.json says "
-                        f"{info.raw_data.bytes}; it is stale or truncated: delete it so it is fetched again"
+                        f"{raw.bytes}; it is stale or truncated: delete it so it is fetched again"
                     )
                 # The hash first: a corrupt file is then reported as such, not as bad offsets.
-                self._check_hash(raw_path, mapped, info.raw_data.hashes)
+                self._check_hash(raw_path, mapped, raw.hashes)
             except BaseException:
                 mapped.close()
                 raise
-            reader = ShardReader(mapped, layout, name=raw_path, shard=position, expected_samples=info.samples)
-            return reader, 0
-        zip_path = os.path.join(self.root, info.zip_data.basename)
+            return mapped, 0, raw_path
+        zip_path = os.path.join(self.root, zipped.basename)
         try:
             with open(zip_path, "rb") as fh:
                 data = fh.read()
@@ -282,15 +297,25 @@ class LocalDataset:
             raise ShardFormatError(
                 f"shard {position}: neither {raw_path} nor {zip_path} can be read ({exc}); the dataset is incomplete"
             ) from exc
-        self._check_hash(zip_path, data, info.zip_data.hashes)
-        assert info.compression is not None
-        raw = get_codec(info.compression).decompress(data, zip_path)
-        if len(raw) != info.raw_data.bytes:
+        self._check_hash(zip_path, data, zipped.hashes)
+        out = get_codec(compression or "").decompress(data, zip_path)
+        if len(out) != raw.bytes:
             raise ShardFormatError(
-                f"{zip_path} (shard {position}): decompresses to {len(raw)} bytes, index.json says "
-                f"{info.raw_data.bytes}; the file is corrupt or stale: delete it so it is fetched again"
+                f"{zip_path} (shard {position}): decompresses to {len(out)} bytes, index.json says "
+                f"{raw.bytes}; the file is corrupt or stale: delete it so it is fetched again"
             )
-        return ShardReader(raw, layout, name=zip_path, shard=position, expected_samples=info.samples), len(raw)
+        return out, len(out), zip_path
+
+    def _open_shard(self, position: int) -> tuple[AnyShardReader, int]:
+        info = self.index.shards[position]
+        layout = self._layouts[position]
+        data, held, name = self._load(position, info.raw_data, info.zip_data, info.compression)
+        if isinstance(layout, RecordLayout):
+            return ShardReader(data, layout, name=name, shard=position, expected_samples=info.samples), held
+        assert info.raw_meta is not None
+        meta, meta_held, _ = self._load(position, info.raw_meta, info.zip_meta, info.compression)
+        reader = TextShardReader(meta, data, layout, name=name, shard=position, expected_samples=info.samples)
+        return reader, held + meta_held
 
     def close(self) -> None:
         """Close every open shard. Idempotent; the dataset reopens shards if used again."""

@@ -180,9 +180,9 @@ class RecordLayout:
             pos += n
         return sample
 
-    def same_columns(self, other: RecordLayout) -> bool:
-        """True if both layouts store the same columns with the same encodings."""
-        return self.names == other.names and self.specs == other.specs
+    def same_columns(self, other: object) -> bool:
+        """True if ``other`` stores the same columns with the same encodings."""
+        return isinstance(other, RecordLayout) and (self.names, self.specs) == (other.names, other.specs)
 
 
 def first_error_column(layout: RecordLayout, view: memoryview, begin: int) -> tuple[str, BaseException] | None:

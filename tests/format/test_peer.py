@@ -118,3 +118,24 @@ def test_mosaicml_reads_what_astream_writes(tmp_path: Path, compression: str | N
         assert sorted(read) == sorted(ENCODINGS)
         for column, encoding in ENCODINGS.items():
             _check(encoding, sample[column], read[column], f"sample {i}, column {column} ({compression})")
+
+
+@pytest.mark.parametrize(("fmt", "compression"), [("json", None), ("csv", "zstd"), ("tsv", "gz"), ("xsv", None)])
+def test_astream_reads_the_peers_text_formats(tmp_path: Path, fmt: str, compression: str | None) -> None:
+    streaming = _streaming()
+    from streaming.base.format.json import JSONWriter
+    from streaming.base.format.xsv import CSVWriter, TSVWriter, XSVWriter
+
+    writer_cls = {"json": JSONWriter, "csv": CSVWriter, "tsv": TSVWriter, "xsv": XSVWriter}[fmt]
+    extra = {"separator": "|"} if fmt == "xsv" else {}
+    columns = {"id": "int", "name": "str", "score": "float"}
+    with writer_cls(out=str(tmp_path / "ds"), columns=columns, compression=compression, hashes=["xxh64"],
+                    size_limit=300, **extra) as writer:
+        for i in range(40):
+            writer.write({"id": i, "name": f"n{i}ü", "score": i / 7})
+    with LocalDataset(tmp_path / "ds", validate_hash="xxh64") as ours:
+        assert ours.num_shards > 2
+        if compression is None:
+            theirs = streaming.base.LocalDataset(local=str(tmp_path / "ds"))
+            assert [ours[i] for i in range(len(ours))] == [theirs[i] for i in range(len(theirs))]
+        assert [ours[i] for i in range(len(ours))] == [{"id": i, "name": f"n{i}ü", "score": i / 7} for i in range(40)]
