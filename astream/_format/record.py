@@ -180,19 +180,18 @@ class RecordLayout:
             pos += n
         return sample
 
+    def failing_column(self, view: memoryview, begin: int) -> tuple[str, Exception] | None:
+        """The first column of the record at ``begin`` that does not decode, and why."""
+        for name, enc, (start, end) in zip(self.names, self.encodings, self.split(view, begin), strict=True):
+            try:
+                enc.decode_unchecked(view[start:end])
+            except AstreamError:
+                raise
+            except Exception as exc:
+                return name, exc
+        return None
+
     def same_columns(self, other: object) -> bool:
         """True if ``other`` stores the same columns with the same encodings."""
         return isinstance(other, RecordLayout) and (self.names, self.specs) == (other.names, other.specs)
-
-
-def first_error_column(layout: RecordLayout, view: memoryview, begin: int) -> tuple[str, BaseException] | None:
-    """Find which column of a record fails to decode, for a precise error message."""
-    for (name, _dec, _size, _var), enc, (start, end) in zip(layout._plan, layout.encodings, layout.split(view, begin), strict=True):
-        try:
-            enc.decode_unchecked(view[start:end])
-        except AstreamError:
-            raise
-        except Exception as exc:
-            return name, exc
-    return None
 

@@ -21,7 +21,7 @@ import numpy as np
 import numpy.typing as npt
 
 from astream._format.encodings import Encoding
-from astream._format.record import RecordLayout, first_error_column
+from astream._format.record import RecordLayout
 from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError, UsageError
 
 __all__ = ["ShardReader", "decode_rows", "map_file", "out_of_range"]
@@ -211,7 +211,7 @@ class ShardReader:
             raise self._decode_error(i, begin, exc) from exc
 
     def _decode_error(self, i: int, begin: int, exc: BaseException) -> EncodingError:
-        found = first_error_column(self.layout, self._view, begin)
+        found = self.layout.failing_column(self._view, begin)
         column, cause = found if found is not None else ("?", exc)
         spec = self.layout.specs[self.layout.names.index(column)] if column in self.layout.names else "?"
         return EncodingError(
