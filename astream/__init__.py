@@ -19,8 +19,8 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AstreamError",
-    "LocalDataset",
     "Loader",
+    "LocalDataset",
     "MDSWriter",
     "Stream",
     "StreamingDataset",
