@@ -7,17 +7,20 @@ file; test_peer.py checks the same reader against files the peer itself wrote.
 from __future__ import annotations
 
 import json
+import shutil
 import struct
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from astream import LocalDataset
 from astream._format.compression import get_codec
 from astream._format.hashing import hash_bytes
-from astream.errors import EncodingError, HashMismatchError, ShardFormatError
+from astream.errors import AstreamError, EncodingError, HashMismatchError, ShardFormatError
 
 COLUMNS = {"id": "int", "name": "str", "score": "float"}
 SAMPLES = [{"id": i, "name": f"n{i}é", "score": i / 3} for i in range(23)]
@@ -134,3 +137,29 @@ def test_text_columns_take_str_int_float_only(tmp_path: Path) -> None:
     (root / "index.json").write_text(json.dumps(index))
     with pytest.raises(EncodingError, match="column 'name': encoding 'bytes' is not one of str, int, float"):
         LocalDataset(root)
+
+
+@pytest.fixture(scope="module", params=["json", "csv"])
+def text_dataset(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    return write_text_dataset(tmp_path_factory.mktemp("text") / "ds", request.param, SAMPLES, [23], hashes=())
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(changes=st.lists(st.tuples(st.booleans(), st.integers(0, 10**5), st.integers(0, 255)), min_size=1, max_size=4))
+def test_mutated_text_shards_raise_only_astream_errors(
+    text_dataset: Path, tmp_path_factory: pytest.TempPathFactory, changes: list[tuple[bool, int, int]]
+) -> None:
+    copy = Path(shutil.copytree(text_dataset, tmp_path_factory.mktemp("tmut") / "ds"))
+    data_file, meta_file = sorted(copy.glob("shard.00000.*"))[0], sorted(copy.glob("shard.00000.*.meta"))[0]
+    contents = {data_file: bytearray(data_file.read_bytes()), meta_file: bytearray(meta_file.read_bytes())}
+    for in_meta, pos, value in changes:
+        buf = contents[meta_file if in_meta else data_file]
+        buf[pos % len(buf)] = value
+    for path, buf in contents.items():
+        path.write_bytes(bytes(buf))
+    try:
+        with LocalDataset(copy) as ds:
+            [ds[i] for i in range(len(ds))]
+            ds.get_batch(list(range(len(ds))))
+    except AstreamError:
+        pass
