@@ -71,6 +71,7 @@ class LocalDataset:
         allow_unsafe_types: bool = False,
         validate_hash: str | None = None,
     ) -> None:
+        self._args = (os.fspath(local), split, allow_unsafe_types, validate_hash)
         self.root = os.path.join(os.fspath(local), split) if split else os.fspath(local)
         self.index = Index.load(os.path.join(self.root, INDEX_NAME))
         self.allow_unsafe_types = allow_unsafe_types
@@ -332,6 +333,14 @@ class LocalDataset:
 
     def __exit__(self, *exc_info: object) -> None:
         self.close()
+
+    def __getstate__(self) -> dict[str, Any]:
+        # Only the configuration travels (to worker processes): maps, locks and open
+        # shards are per process and reopen lazily.
+        return {"args": self._args}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(*state["args"])  # type: ignore[misc]
 
     def __repr__(self) -> str:
         return f"LocalDataset({self.root!r}, samples={len(self)}, shards={self.num_shards})"

@@ -246,3 +246,14 @@ def test_a_registered_fixed_size_encoding_without_a_vectorised_decoder(tmp_path:
         assert many["t"] == [f"{i:03}" for i in ids]
         assert many["id"].tolist() == ids
         assert ds.get_batch([1, 2])["t"] == ["001", "002"]  # one shard
+
+
+def test_pickles_as_configuration(plain: Path) -> None:
+    import pickle
+
+    with LocalDataset(plain, validate_hash="sha1") as ds:
+        ds[3]  # open a shard: maps and locks must not travel
+        copy = pickle.loads(pickle.dumps(ds))
+    assert copy.validate_hash == "sha1"
+    assert copy[3]["t"] == "333"
+    assert copy[3]["x"].tolist() == [3, 3, 3, 3]
