@@ -49,6 +49,10 @@ _MAX_DECOMPRESSED_BYTES = 1 << 30
 class LocalDataset:
     """An MDS dataset (or one split of it) in a local directory.
 
+    Reads may come from several threads at once. A LocalDataset pickles as its
+    arguments, so it can be handed to worker processes, which reopen shards lazily.
+    Besides MDS it reads the peer's text formats (``json``, ``csv``, ``tsv``, ``xsv``).
+
     Args:
         local: the dataset directory (the one holding index.json, or its splits).
         split: a sub-directory of ``local`` holding the split's index.json, or None.
