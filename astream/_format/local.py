@@ -246,6 +246,9 @@ class LocalDataset:
                 return entry[0]
         reader, held = self._open_shard(position)
         with self._lock:
+            raced = self._open.get(position)
+            if raced is not None:  # another thread opened it meanwhile: keep one copy
+                return raced[0]
             self._open[position] = (reader, held)
             self._decompressed_bytes += held
             while len(self._open) > _MAX_OPEN_SHARDS or (

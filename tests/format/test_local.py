@@ -257,3 +257,13 @@ def test_pickles_as_configuration(plain: Path) -> None:
     assert copy.validate_hash == "sha1"
     assert copy[3]["t"] == "333"
     assert copy[3]["x"].tolist() == [3, 3, 3, 3]
+
+
+def test_threads_share_a_dataset(tmp_path: Path) -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    root = _write(tmp_path / "ds", n=200, compression="zstd", size_limit=600)
+    with LocalDataset(root) as ds, ThreadPoolExecutor(4) as pool:
+        results = list(pool.map(lambda i: ds[i]["id"], [*range(200), *range(199, -1, -1)]))
+        assert results == [*range(200), *range(199, -1, -1)]
+        assert ds._decompressed_bytes == sum(held for _, held in ds._open.values())
