@@ -9,8 +9,9 @@ import numpy as np
 import pytest
 
 from astream.errors import ConfigError
+from astream.sampling import plan_epoch
 
-from .golden import manifest, orders_npz, plan_from_cfg
+from .golden import manifest, orders_npz, plan_from_cfg, shard_sizes
 
 
 def _group(c: dict) -> str:
@@ -85,3 +86,32 @@ def test_golden_work_errors() -> None:
         if not ok:
             wrong.append((c["id"], message))
     assert not wrong, wrong
+
+
+def test_plan_epoch_function() -> None:
+    """The pure public function gives the same tensors (keyword names as in the issue)."""
+    expected = orders_npz("work.npz")
+    mismatches = []
+    for c in manifest()["work"]["configs"]:
+        if c["key"] is None:
+            continue
+        streams = [
+            {"shard_sizes": shard_sizes(s["layout"]), "proportion": s.get("proportion"),
+             "repeat": s.get("repeat"), "choose": s.get("choose")}
+            for s in c["streams"]
+        ]
+        work = plan_epoch(
+            streams=streams, shuffle=c["shuffle"], shuffle_algo=c["shuffle_algo"],
+            shuffle_seed=c["shuffle_seed"], num_canonical_nodes=c["num_canonical_nodes"],
+            shuffle_block_size=c["shuffle_block_size"], partition_algo=c["partition_algo"],
+            batch_size=c["batch_size"], num_physical_nodes=c["world"]["num_physical_nodes"],
+            ranks_per_node=c["world"]["ranks_per_node"], workers_per_rank=c["world"]["workers_per_rank"],
+            epoch=c["epoch"], sample_in_epoch=c["sample_in_epoch"],
+            initial_physical_nodes=c["initial_physical_nodes"], epoch_size=c.get("epoch_size"),
+            sampling_method=c.get("sampling_method", "balanced"),
+            sampling_granularity=c.get("sampling_granularity", 1),
+            batching_method=c.get("batching_method", "random"),
+        )
+        if work.dtype != np.int64 or not np.array_equal(work, expected[c["key"]]):
+            mismatches.append(c["id"])
+    assert not mismatches, mismatches[:20]
