@@ -108,6 +108,8 @@ def apply_weights(streams: Sequence[StreamSpec], epoch_size: int | None, seed: i
         total = int(epoch_size) if epoch_size else int(sizes.sum())
         if relative:
             proportion = np.array([s.proportion for s in streams], np.float64)
+            if not proportion.sum() > 0:
+                raise ConfigError("stream proportions must not all be 0")
         else:
             proportion = sizes.astype(np.float64)
         proportion /= proportion.sum()
@@ -131,6 +133,8 @@ def apply_weights(streams: Sequence[StreamSpec], epoch_size: int | None, seed: i
                 values.append(n)
         choose = np.array(values, np.int64)
         total = int(choose.sum())
+        if total == 0:
+            raise ConfigError("the streams' repeat/choose weights draw no sample at all")
         proportion = choose / choose.sum()
     return StreamWeights(choose, proportion, choose / sizes, total)
 

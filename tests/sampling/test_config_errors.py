@@ -62,6 +62,8 @@ def test_bad_plan_parameters(kw: dict[str, Any], words: list[str]) -> None:
         ([{"shard_sizes": [-1, 5]}], {}, ["shard_sizes"]),
         ([{"shards": [5]}], {}, ["shard_sizes"]),
         ([], {}, ["streams"]),
+        ([{"shard_sizes": [5], "proportion": 0}, {"shard_sizes": [5], "proportion": 0}], {}, ["proportion"]),
+        ([{"shard_sizes": [5], "choose": 0}], {}, ["no sample"]),
     ],
 )
 def test_bad_streams(streams: list[dict[str, Any]], kw: dict[str, Any], words: list[str]) -> None:

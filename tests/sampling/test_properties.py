@@ -149,3 +149,20 @@ def test_partial_shuffles_are_slices_of_the_whole(algo, sizes, ncn, seed, epoch,
     mapped = positions.copy()
     parts.map_positions(mapped)
     assert np.array_equal(mapped, np.where(positions >= 0, whole[positions], -1))
+
+
+@FAST
+@given(st.sampled_from(SHUFFLE_ALGOS), shard_sizes(min_total=10, max_size=80), st.sampled_from([4, 8]),
+       st.sampled_from([1, 2, 4]), st.sampled_from([3, 5, 6]), st.integers(1, 3), st.integers(1, 2), st.data())
+def test_relaxed_resumption_keeps_the_plan_order(algo, sizes, ncn, initial, nodes, ranks, k, data) -> None:
+    """A plan resumed on a world that does not fit the canonical nodes keeps the exact order."""
+    assume(ncn % nodes and nodes % ncn and sum(sizes) >= ncn)
+    batch0 = nodes // math.gcd(initial, nodes) * k
+    batch = initial * batch0 // nodes
+    seen = data.draw(st.integers(0, sum(sizes))) // initial * initial
+    common = {"shuffle": True, "shuffle_algo": algo, "num_canonical_nodes": ncn, "shuffle_block_size": 64,
+              "ranks_per_node": ranks, "sample_in_epoch": seen, "epoch": 2}
+    first = EpochPlan([{"shard_sizes": sizes}], batch_size=batch0, num_physical_nodes=initial, **common)
+    moved = EpochPlan([{"shard_sizes": sizes}], batch_size=batch, num_physical_nodes=nodes,
+                      initial_physical_nodes=initial, **common)
+    assert np.array_equal(_traversal(moved.work()), _traversal(first.work()))
