@@ -9,6 +9,7 @@ builtin exception describes the same failure, the astream class inherits it too,
 
     AstreamError
     ├── ConfigError (ValueError)            a parameter is wrong; nothing was done yet
+    │   └── SampleIndexError (IndexError)   a sample index outside the dataset
     ├── UsageError (RuntimeError)           the API was used in a way it does not support
     ├── MissingExtraError (ImportError)     an optional dependency is not installed
     ├── FormatError (ValueError)            bytes on disk are not valid MDS
@@ -49,6 +50,7 @@ __all__ = [
     "MissingExtraError",
     "RemoteNotFoundError",
     "SampleError",
+    "SampleIndexError",
     "ShardFormatError",
     "StateError",
     "StorageError",
@@ -65,6 +67,10 @@ class AstreamError(Exception):
 
 class ConfigError(AstreamError, ValueError):
     """A parameter has a value astream cannot work with; raised before any I/O."""
+
+
+class SampleIndexError(ConfigError, IndexError):
+    """A sample index outside ``[-len, len)``; an ``IndexError`` too, so datasets act as sequences."""
 
 
 class UsageError(AstreamError, RuntimeError):

@@ -43,7 +43,7 @@ from astream._sampling.defaults import (
 from astream._sampling.plan import EpochPlan
 from astream._sampling.validation import check_choice, check_int, check_optional_int
 from astream._units import parse_bytes, parse_count
-from astream.errors import ConfigError, StateError
+from astream.errors import ConfigError, SampleIndexError, StateError
 
 __all__ = ["StreamingDataset"]
 
@@ -416,7 +416,7 @@ class StreamingDataset:
         size = self.size
         i = int(index) + size if index < 0 else int(index)
         if not 0 <= i < size:
-            raise IndexError(f"sample {index} is out of range for a dataset of {size} samples")
+            raise SampleIndexError(f"sample {index} is out of range for a dataset of {size} samples")
         return i
 
     async def aget(self, index: int) -> dict[str, Any]:

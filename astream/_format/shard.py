@@ -22,7 +22,7 @@ import numpy.typing as npt
 
 from astream._format.encodings import Encoding
 from astream._format.record import RecordLayout
-from astream.errors import AstreamError, ConfigError, EncodingError, ShardFormatError, UsageError
+from astream.errors import AstreamError, EncodingError, SampleIndexError, ShardFormatError, UsageError
 
 __all__ = ["ShardReader", "decode_rows", "map_file", "out_of_range"]
 
@@ -38,7 +38,7 @@ _CHUNK = 1 << 16
 
 def out_of_range(what: str, index: int, size: int) -> AstreamError:
     """The error for a sample index outside ``[-size, size)``."""
-    return ConfigError(f"{what}: sample index {index} is out of range for {size} samples")
+    return SampleIndexError(f"{what}: sample index {index} is out of range for {size} samples")
 
 
 def map_file(path: str | os.PathLike[str], shard: int = 0) -> mmap.mmap:
@@ -198,7 +198,7 @@ class ShardReader:
         """Decode sample ``index`` (negative counts from the end).
 
         Raises:
-            ConfigError: the index is out of range.
+            SampleIndexError: the index is out of range.
             EncodingError: a column's bytes do not decode (names the sample and column).
         """
         i = index if 0 <= index < self.num_samples else self._check(index)
@@ -226,7 +226,7 @@ class ShardReader:
         other columns as a list. Order follows ``ids`` (repeats allowed).
 
         Raises:
-            ConfigError: an index is out of range.
+            SampleIndexError: an index is out of range.
             EncodingError: a value does not decode.
         """
         idx = np.asarray(ids, dtype=np.int64).reshape(-1)
