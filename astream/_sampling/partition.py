@@ -34,7 +34,7 @@ from astream._sampling.validation import check_choice, check_int, check_optional
 from astream._sampling.warnings import SamplingWarning
 from astream.errors import ConfigError
 
-__all__ = ["Partition", "get_partitions", "make_partition"]
+__all__ = ["Partition", "get_partitions", "layout_world", "make_partition"]
 
 Int64Array = NDArray[np.int64]
 logger = logging.getLogger(__name__)
@@ -269,10 +269,30 @@ def make_partition(
             f"sample_in_epoch (drop_first)={d} is beyond the end of the epoch ({n} samples); "
             f"the resumption state does not belong to this dataset"
         )
+    nodes, batch = layout_world(algo, c, p, r, b, p0)
+    base = _Orig.build(n, c, nodes, r, w, batch, d)
+    return Partition((p, r, w, base.batches, b), base)
+
+
+def layout_world(
+    algo: str, num_canonical_nodes: int, num_physical_nodes: int, ranks_per_node: int, batch_size: int,
+    initial_physical_nodes: int | None,
+) -> tuple[int, int]:
+    """The (nodes, per-device batch) the ``orig`` layout is computed for; checks the world.
+
+    ``relaxed`` on a node count that does not fit the canonical nodes uses the initial node
+    count and the per-device batch that keeps the global batch.
+
+    Raises:
+        ConfigError: canonical and physical node counts that do not divide one another, or a
+            global batch the initial devices cannot share.
+    """
+    c, p, r, b, p0 = num_canonical_nodes, num_physical_nodes, ranks_per_node, batch_size, initial_physical_nodes
     fits = (p <= c and c % p == 0) or (p > c and p % c == 0)
     if algo == "orig" or p0 is None or fits:
-        base = _Orig.build(n, c, p, r, w, b, d)
-        return Partition((p, r, w, base.batches, b), base)
+        if not fits:
+            raise _divisibility_error(c, p)
+        return p, b
     global_batch = p * r * b
     if global_batch % (p0 * r):
         raise ConfigError(
@@ -280,8 +300,9 @@ def make_partition(
             f"batch_size={b}) is not divisible by the initial device count {p0 * r} "
             f"(initial_physical_nodes={p0}); keep the global batch size constant when resuming"
         )
-    base = _Orig.build(n, c, p0, r, w, global_batch // (p0 * r), d)
-    return Partition((p, r, w, base.batches, b), base)
+    if (c < p0 and p0 % c) or (p0 < c and c % p0):
+        raise _divisibility_error(c, p0)
+    return p0, global_batch // (p0 * r)
 
 
 def get_partitions(

@@ -24,7 +24,7 @@ from astream._sampling.batching import (
     merge_per_stream,
     merge_stratified,
 )
-from astream._sampling.partition import Partition, make_partition
+from astream._sampling.partition import Partition, layout_world, make_partition
 from astream._sampling.shuffle import ShuffleParts, get_shuffle, shuffle_parts
 from astream._sampling.streams import (
     Resampled,
@@ -156,8 +156,21 @@ class EpochPlan:
         # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
         self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
         self._last_parts: tuple[frozenset[int], ShuffleParts] | None = None
+        self._check_world()
+
+    def _check_world(self) -> None:
+        """Reject a world the canonical nodes cannot be laid out over, before any work."""
+        c, p = self.num_canonical_nodes, self.num_physical_nodes
         if self.batching_method == "random":
-            _ = self.partition  # checks the world against the canonical nodes before any work
+            _ = self.partition  # also checks sample_in_epoch against the epoch
+        elif self.batching_method == "per_stream":
+            layout_world(self.partition_algo, c, p, self.ranks_per_node, self.batch_size,
+                         self.initial_physical_nodes)
+        elif self.batching_method == "device_per_stream" and c % p:
+            raise ConfigError(
+                f"batching_method='device_per_stream' needs num_canonical_nodes ({c}) divisible by "
+                f"num_physical_nodes ({p})"
+            )
 
     # --- resolved values -------------------------------------------------------------------
 
