@@ -20,6 +20,7 @@ from astream.errors import (
     EncodingError,
     HashMismatchError,
     IndexFormatError,
+    SampleIndexError,
     ShardFormatError,
     UnsafeTypeError,
 )
@@ -64,7 +65,7 @@ def test_indexing(plain: Path) -> None:
         assert ds[np.int64(7)]["t"] == "777"
         assert [s["id"] for s in ds] == list(range(40))
         for bad in (40, -41):
-            with pytest.raises(ConfigError, match=f"sample index {bad} is out of range for 40 samples"):
+            with pytest.raises(SampleIndexError, match=f"sample index {bad} is out of range for 40 samples"):
                 ds[bad]
 
 
@@ -81,7 +82,7 @@ def test_get_batch_across_shards_keeps_order(plain: Path) -> None:
         empty = ds.get_batch([])
         assert empty["x"].shape == (0, 4)
         assert empty["t"] == []
-        with pytest.raises(ConfigError, match="out of range"):
+        with pytest.raises(IndexError, match="out of range"):
             ds.get_batch([1, 40])
 
 

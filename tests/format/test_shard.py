@@ -18,7 +18,13 @@ from astream import LocalDataset, MDSWriter
 from astream._format.index import Index
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
-from astream.errors import AstreamError, ConfigError, EncodingError, HashMismatchError, ShardFormatError
+from astream.errors import (
+    AstreamError,
+    EncodingError,
+    HashMismatchError,
+    SampleIndexError,
+    ShardFormatError,
+)
 
 COLUMNS = {
     "id": "int", "f": "float32", "s": "str", "b": "bytes", "j": "json", "a": "ndarray",
@@ -106,7 +112,7 @@ def test_zero_sample_shard(tmp_path: Path) -> None:
         empty = reader.get_batch([])
         assert empty["s"] == []
         assert empty["id"].shape == (0,)
-        with pytest.raises(ConfigError, match="out of range"):
+        with pytest.raises(SampleIndexError, match="out of range"):
             reader.get(0)
 
 
@@ -174,9 +180,9 @@ def test_out_of_range(shard_bytes: tuple[bytes, RecordLayout]) -> None:
     data, layout = shard_bytes
     with _reader(data, layout) as reader:
         for bad in (12, -13):
-            with pytest.raises(ConfigError, match="out of range"):
+            with pytest.raises(SampleIndexError, match="out of range"):
                 reader.get(bad)
-        with pytest.raises(ConfigError, match="out of range"):
+        with pytest.raises(IndexError, match="out of range"):
             reader.get_batch([0, 12])
 
 
