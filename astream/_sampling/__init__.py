@@ -1,1 +1,16 @@
-"""See DESIGN.md for this layer."""
+"""Sample order, pure NumPy (layer 6 of DESIGN.md; public facade: ``astream.sampling``).
+
+- ``shuffle/``: the shuffle algorithms (``get_shuffle``), one module per family, plus the
+  span bookkeeping and the canonical-node-wise driver they share;
+- ``partition``: ``orig`` and ``relaxed`` partitions over nodes, ranks, workers, batches;
+- ``streams``: stream weights (proportion / repeat / choose, epoch size) and the per-epoch
+  resampling of shards;
+- ``batching``: the ``per_stream``, ``stratified`` and ``device_per_stream`` merges;
+- ``plan``: ``EpochPlan`` and ``plan_epoch``, which put the above together as MosaicML's
+  ``generate_work`` does;
+- ``defaults``, ``validation``, ``warnings``: resolved defaults, parameter checks raising
+  ``ConfigError``, and ``SamplingWarning``.
+
+Everything here is bit-exact with MosaicML Streaming 0.13 (py1b with 0.9.1), quirks included;
+see ../shared/spec/sample-order.md for the algorithms.
+"""
