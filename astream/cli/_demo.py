@@ -76,7 +76,11 @@ def run_demo(directory: str) -> int:
             mismatches.append(-1)
         print(f"  read every sample back (one by one, then as one batch) in {read:.2f} s: "
               + ("all equal" if not mismatches else f"{len(mismatches)} DIFFER"))
-    return 0 if not mismatches else 1
+    if mismatches:
+        return 1
+    from astream.cli._demo_stream import run_stream_demo
+
+    return run_stream_demo(out, directory)
 
 
 def _equal(read: dict[str, object], written: dict[str, object]) -> bool:
