@@ -16,12 +16,13 @@ at most ``max_concurrency`` at once, fewer while the remote throttles (AIMD).
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
+import heapq
+import itertools
 import os
 import warnings
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import Executor, ThreadPoolExecutor
+from concurrent.futures import Executor
 from types import TracebackType
 
 from astream._cache.cache import ShardCache, ShardFile, State, shard_files
@@ -32,6 +33,7 @@ from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm, new_hasher
 from astream._format.index import Index
 from astream._storage.base import Storage, StorageOptions
+from astream._storage.executor import PriorityExecutor
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream._units import parse_bytes
@@ -41,25 +43,33 @@ __all__ = ["ShardEngine"]
 
 
 class _Slots:
-    """A FIFO semaphore whose limit can change while it is in use."""
+    """A semaphore whose limit can change while in use; waiters are served by priority.
+
+    Lower priorities (earlier reservations, i.e. plan order) go first, so the shard the
+    consumer needs next is never stuck behind transfers of later shards.
+    """
 
     def __init__(self, limit: int) -> None:
         self.limit = limit
         self.active = 0
-        self._waiters: collections.deque[asyncio.Future[None]] = collections.deque()
+        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
+        self._seq = itertools.count()
 
     @contextlib.asynccontextmanager
-    async def hold(self) -> AsyncIterator[None]:
+    async def hold(self, priority: int = 0) -> AsyncIterator[None]:
         if self.active >= self.limit or self._waiters:
             fut = asyncio.get_running_loop().create_future()
-            self._waiters.append(fut)
+            entry = (priority, next(self._seq), fut)
+            heapq.heappush(self._waiters, entry)
+            self.wake()
             try:
                 await fut
             except BaseException:
                 if fut.done() and not fut.cancelled():
                     self._release()  # we were handed a slot just as we got cancelled
                 else:
-                    self._waiters.remove(fut)
+                    self._waiters.remove(entry)
+                    heapq.heapify(self._waiters)
                 raise
         else:
             self.active += 1
@@ -74,7 +84,7 @@ class _Slots:
 
     def wake(self) -> None:
         while self._waiters and self.active < self.limit:
-            fut = self._waiters.popleft()
+            _, _, fut = heapq.heappop(self._waiters)
             if not fut.done():
                 self.active += 1
                 fut.set_result(None)
@@ -117,6 +127,8 @@ class ShardEngine:
         executor: a thread pool for file work (never shut down here); default: a private one.
         fsync: fsync installed files before renaming them into place.
         pinned_at_once: how many shards consumers hold at the same time (for the limit check).
+        initial_concurrency: transfers at first; doubles per success up to ``max_concurrency``
+            (slow start: the first shard gets the whole link). None starts at the maximum.
 
     Raises:
         CacheError: ``cache_limit`` cannot hold the shards that must be on disk at once.
@@ -139,6 +151,7 @@ class ShardEngine:
         executor: Executor | None = None,
         fsync: bool = True,
         pinned_at_once: int = 1,
+        initial_concurrency: int | None = 1,
     ) -> None:
         root = os.path.join(local, split) if split else local
         self.remote_root = join_url(remote, split) if remote is not None else None
@@ -152,14 +165,13 @@ class ShardEngine:
             self._check_hashes_present(index, self.validate_hash)
         self.index = index
         self.cache = ShardCache(index, root, limit, keep_zip, local_only, pinned_at_once)
-        self.stats = CacheStats(concurrency=max_concurrency)
-        self._aimd = Aimd(max_concurrency)
-        self._slots = _Slots(max_concurrency)
+        self._aimd = Aimd(max_concurrency, initial=initial_concurrency)
+        self.stats = CacheStats(concurrency=self._aimd.limit)
+        self._slots = _Slots(self._aimd.limit)
         self._storage = storage
         self._pool = StoragePool(options, events=self) if storage is None else None
-        self._executor: Executor = executor or ThreadPoolExecutor(
-            max_workers=min(4, os.cpu_count() or 1) + 1, thread_name_prefix="astream-io"
-        )
+        self._executor: Executor = executor or PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
+        self._order = itertools.count(1)  # reservation order = priority of the file work
         self._owns_executor = executor is None
         self._fsync = fsync
         self._tasks: dict[int, asyncio.Task[None]] = {}
@@ -303,7 +315,9 @@ class ShardEngine:
                 self.stats.evictions += len(victims)
                 self.cache.begin(i)
                 self.stats.misses += 1
-                self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=False))
+                self._tasks[i] = asyncio.get_running_loop().create_task(
+                    self._install(i, verify=False, priority=next(self._order))
+                )
                 break
             if stuck is not None and stuck() and not self._running():
                 raise CacheError(
@@ -315,7 +329,9 @@ class ShardEngine:
         else:
             if entry.state is State.READY and self.validate_hash and not entry.verified:
                 entry.state = State.BUSY
-                self._tasks[i] = asyncio.get_running_loop().create_task(self._install(i, verify=True))
+                self._tasks[i] = asyncio.get_running_loop().create_task(
+                    self._install(i, verify=True, priority=next(self._order))
+                )
             else:
                 self.stats.hits += 1  # ready, or joining a transfer already running
         self.cache.pin(i)
@@ -365,7 +381,7 @@ class ShardEngine:
         assert self._pool is not None
         return self._pool.get(url)
 
-    async def _install(self, i: int, verify: bool) -> None:
+    async def _install(self, i: int, verify: bool, priority: int) -> None:
         shard = self.index.shards[i]
         files = shard_files(shard)
         loop = asyncio.get_running_loop()
@@ -397,7 +413,7 @@ class ShardEngine:
             for attempt in range(2):
                 try:
                     for f in files:
-                        fetched |= await self._install_file(f, shard.compression, fresh=attempt > 0)
+                        fetched |= await self._install_file(f, shard.compression, attempt > 0, priority)
                     break
                 except CorruptFile as exc:
                     if exc.hash_mismatch:
@@ -418,12 +434,12 @@ class ShardEngine:
         finally:
             self._wake()
 
-    async def _install_file(self, f: ShardFile, compression: str | None, fresh: bool) -> bool:
+    async def _install_file(self, f: ShardFile, compression: str | None, fresh: bool, priority: int) -> bool:
         """Bring one file of a shard into place; returns whether it came over the network."""
         loop = asyncio.get_running_loop()
         raw_final = self.cache.path(f.raw)
-        stat = await loop.run_in_executor(self._executor, _stat_size, raw_final)
-        if stat == f.raw.bytes and not fresh:
+        # A stat is cheap; doing it inline keeps tasks reaching the transfer slots in plan order.
+        if _stat_size(raw_final) == f.raw.bytes and not fresh:
             return False
         codec = get_codec(compression) if (f.zip is not None and compression) else None
         stored = f.zip if codec is not None and f.zip is not None else f.raw
@@ -435,20 +451,18 @@ class ShardEngine:
         def new_sink(zip_path: str | None, name: str) -> ShardSink:
             return ShardSink(
                 raw_final, f.raw.bytes, codec=codec, zip_path=zip_path, hash_algo=algo if digest else None,
-                digest=digest, name=name, executor=self._executor, fsync=self._fsync,
+                digest=digest, name=name, executor=self._executor, fsync=self._fsync, priority=priority,
             )
 
-        if local_zip is not None and not fresh:
-            zsize = await loop.run_in_executor(self._executor, _stat_size, local_zip)
-            if zsize == stored.bytes:
-                try:
-                    await new_sink(None, local_zip).install_from(local_zip)
-                    return False
-                except CorruptFile:
-                    if self.cache.local_only:
-                        raise
-                    with contextlib.suppress(FileNotFoundError):
-                        await loop.run_in_executor(self._executor, os.unlink, local_zip)
+        if local_zip is not None and not fresh and _stat_size(local_zip) == stored.bytes:
+            try:
+                await new_sink(None, local_zip).install_from(local_zip)
+                return False
+            except CorruptFile:
+                if self.cache.local_only:
+                    raise
+                with contextlib.suppress(FileNotFoundError):
+                    await loop.run_in_executor(self._executor, os.unlink, local_zip)
         if self.cache.local_only or self.remote_root is None:
             raise CacheError(
                 f"{raw_final} is missing (or has the wrong size) and there is no remote to fetch it from"
@@ -456,15 +470,15 @@ class ShardEngine:
         url = join_url(self.remote_root, stored.basename)
         sink = new_sink(local_zip if keep else None, url)
         try:
-            async with self._slots.hold():
+            async with self._slots.hold(priority):
                 self._wake()
                 await self._backend(url).fetch_into(url, sink, size=stored.bytes)
+            self._slots.limit = self.stats.concurrency = self._aimd.on_success()
+            self._slots.wake()
             await sink.finish()
         except BaseException:
             sink.abort()
             raise
-        self._slots.limit = self.stats.concurrency = self._aimd.on_success()
-        self._slots.wake()
         return True
 
 

@@ -93,6 +93,7 @@ class ShardSink(BufferedSink):
         name: the URL or path, for messages.
         executor: where the work runs.
         fsync: fsync files before renaming them.
+        priority: the executor runs lower numbers first (the prefetcher's plan order).
     """
 
     def __init__(
@@ -107,8 +108,9 @@ class ShardSink(BufferedSink):
         name: str = "",
         executor: Executor | None = None,
         fsync: bool = True,
+        priority: int = 0,
     ) -> None:
-        super().__init__(executor)
+        super().__init__(executor, priority=priority)
         self.raw_path = raw_path
         self.raw_size = raw_size
         self.codec = codec

@@ -85,7 +85,7 @@ class Prefetcher:
         self.plan = list(plan)
         self.predownload = predownload
         self._samples = list(samples) if samples is not None else [engine.index.shards[s].samples for s in plan]
-        self._max_ahead = max(1, 2 * engine.stats.concurrency) if predownload is None else len(self.plan)
+        self._max_ahead = max(1, 2 * engine._aimd.maximum) if predownload is None else len(self.plan)
         self._next = 0  # the position the consumer asks for next
         self._admitted = 0  # positions reserved so far
         self._reserved: dict[int, int] = {}  # position -> shard, pinned, not yet handed out

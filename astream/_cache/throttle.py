@@ -1,8 +1,11 @@
 """Additive-increase / multiplicative-decrease control of how many transfers run at once.
 
-A throttled response (HTTP 429/503, S3 SlowDown) halves the limit; every
-``limit`` successful transfers raise it by one, up to the configured maximum. A
-throttled bucket thus slows astream down instead of failing it. Pure: no clock, no I/O.
+It starts like TCP's slow start: from ``initial`` the limit doubles with each success
+until it reaches the maximum, so the first shard gets the whole link (short time to
+the first ready shard) and the pipe is full a few shards later. A throttled response
+(HTTP 429/503, S3 SlowDown) halves the limit and ends slow start; from then on every
+``limit`` successful transfers raise it by one, up to the maximum. A throttled bucket
+thus slows astream down instead of failing it. Pure: no clock, no I/O.
 """
 
 from __future__ import annotations
@@ -15,7 +18,7 @@ __all__ = ["Aimd"]
 class Aimd:
     """The current concurrency limit, between ``minimum`` and ``maximum``."""
 
-    def __init__(self, maximum: int, minimum: int = 1, decrease: float = 0.5) -> None:
+    def __init__(self, maximum: int, minimum: int = 1, decrease: float = 0.5, initial: int | None = None) -> None:
         if isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 1:
             raise ConfigError(f"max_concurrency must be a positive integer, got {maximum!r}")
         if not 1 <= minimum <= maximum:
@@ -25,12 +28,16 @@ class Aimd:
         self.maximum = maximum
         self.minimum = minimum
         self.decrease = decrease
-        self.limit = maximum
+        self.limit = maximum if initial is None else max(minimum, min(initial, maximum))
+        self._slow_start = self.limit < maximum
         self._credit = 0
 
     def on_success(self) -> int:
-        """A transfer succeeded: add one to the limit after ``limit`` successes."""
-        if self.limit < self.maximum:
+        """A transfer succeeded: double the limit in slow start, else add one per ``limit`` successes."""
+        if self._slow_start:
+            self.limit = min(self.maximum, self.limit * 2)
+            self._slow_start = self.limit < self.maximum
+        elif self.limit < self.maximum:
             self._credit += 1
             if self._credit >= self.limit:
                 self._credit = 0
@@ -40,5 +47,6 @@ class Aimd:
     def on_throttle(self) -> int:
         """The remote asked us to slow down: cut the limit."""
         self.limit = max(self.minimum, int(self.limit * self.decrease))
+        self._slow_start = False
         self._credit = 0
         return self.limit

@@ -20,6 +20,8 @@ import threading
 from concurrent.futures import Executor
 from typing import BinaryIO, Protocol
 
+from astream._storage.executor import PriorityExecutor
+
 __all__ = ["BufferedSink", "FileSink", "Sink", "fsync_dir"]
 
 FLUSH_BYTES = 4 << 20
@@ -55,8 +57,9 @@ def fsync_dir(path: str) -> None:
 class BufferedSink:
     """A sink that consumes buffered chunks in an executor, one buffer at a time."""
 
-    def __init__(self, executor: Executor | None = None, flush_bytes: int | None = None) -> None:
+    def __init__(self, executor: Executor | None = None, flush_bytes: int | None = None, priority: int = 0) -> None:
         self._executor = executor
+        self.priority = priority
         self._flush_bytes = flush_bytes or FLUSH_BYTES
         self._buf: list[bytes] = []
         self._buffered = 0
@@ -100,6 +103,8 @@ class BufferedSink:
                         with contextlib.suppress(OSError):
                             self._remove_files()
 
+        if isinstance(self._executor, PriorityExecutor):
+            return asyncio.wrap_future(self._executor.submit_priority(self.priority, job))
         return asyncio.get_running_loop().run_in_executor(self._executor, job)
 
     async def _wait_pending(self) -> None:

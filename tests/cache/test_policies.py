@@ -79,3 +79,12 @@ def test_aimd_stays_in_range(events: list[bool], maximum: int) -> None:
 def test_aimd_rejects_bad_limits(maximum: object) -> None:
     with pytest.raises(ConfigError, match="max_concurrency"):
         Aimd(maximum)  # type: ignore[arg-type]
+
+
+def test_aimd_slow_start_doubles_until_the_first_throttle() -> None:
+    aimd = Aimd(16, initial=1)
+    assert [aimd.on_success() for _ in range(5)] == [2, 4, 8, 16, 16]
+    aimd = Aimd(16, initial=1)
+    aimd.on_success()
+    assert aimd.on_throttle() == 1
+    assert [aimd.on_success() for _ in range(3)] == [2, 2, 3]  # additive from now on

@@ -52,7 +52,9 @@ async def test_transfers_are_bounded_by_max_concurrency(
 ) -> None:
     _, index = dataset
     server.add(Fault("delay", match="*.zstd", seconds=0.15, times=None))
-    async with ShardEngine(index, str(tmp_path / "c"), server.url, options=options, max_concurrency=2) as engine:
+    async with ShardEngine(
+        index, str(tmp_path / "c"), server.url, options=options, max_concurrency=2, initial_concurrency=None
+    ) as engine:
         async with Prefetcher(engine, [0, 1, 2, 3], predownload=1000) as shards:
             async for lease in shards:
                 lease.release()
@@ -135,7 +137,7 @@ async def test_closing_cancels_transfers_and_leaves_no_temporaries(
     _, index = dataset
     server.add(Fault("stall", match="*.zstd", after=4000, seconds=5, times=None))
     local = tmp_path / "c"
-    async with ShardEngine(index, str(local), server.url, options=options) as engine:
+    async with ShardEngine(index, str(local), server.url, options=options, initial_concurrency=None) as engine:
         start = time.monotonic()
         async with Prefetcher(engine, [0, 1, 2, 3]):
             await wait_for(lambda: len(temporaries(local)) >= 2)
@@ -169,7 +171,9 @@ async def test_a_cancelled_consumer_cleans_up(server: LoopbackServer, dataset: D
 async def test_throttling_lowers_concurrency(server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions) -> None:
     _, index = dataset
     server.add(Fault("status", match="*.zstd", status=503, times=4))
-    async with ShardEngine(index, str(tmp_path / "c"), server.url, options=options, max_concurrency=8) as engine:
+    async with ShardEngine(
+        index, str(tmp_path / "c"), server.url, options=options, max_concurrency=8, initial_concurrency=None
+    ) as engine:
         async with Prefetcher(engine, [0, 1, 2, 3]) as shards:
             async for lease in shards:
                 lease.release()
@@ -186,3 +190,18 @@ def test_plan_is_checked(dataset: Dataset, tmp_path: Path) -> None:
         Prefetcher(engine, [0, 9])
     with pytest.raises(ConfigError, match="predownload"):
         Prefetcher(engine, [0], predownload=-1)
+
+
+async def test_slow_start_fetches_the_first_shard_alone(
+    server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions
+) -> None:
+    _, index = dataset
+    server.add(Fault("delay", match="*.zstd", seconds=0.1, times=None))
+    async with ShardEngine(index, str(tmp_path / "c"), server.url, options=options, max_concurrency=4) as engine:
+        assert engine.stats.concurrency == 1
+        async with Prefetcher(engine, [0, 1, 2, 3]) as shards:
+            async for lease in shards:
+                lease.release()
+        assert engine.stats.concurrency == 4
+    first = [r.path for r in server.log][:2]
+    assert first == ["shard.00000.mds.zstd", "shard.00001.mds.zstd"]
