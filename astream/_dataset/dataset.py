@@ -226,6 +226,11 @@ class StreamingDataset:
         layout = self.sample_map.layouts[0] if self.sample_map.layouts else None
         return {} if layout is None else dict(zip(layout.names, layout.specs, strict=True))
 
+    @property
+    def current_epoch(self) -> int:
+        """The epoch this process iterates (or last iterated, or a loaded state resumes)."""
+        return self._resume.epoch if self._resume is not None else self._epoch
+
     def __len__(self) -> int:
         """This rank's samples per epoch: ``ceil(epoch_size / ranks)``, as MosaicML reports it."""
         return self.plan(epoch=self._epoch, sample_in_epoch=0, workers_per_rank=1).rank_len

@@ -110,6 +110,14 @@ class Loader:
             raise ConfigError(
                 f"batch_size must be an int >= 1 (here or on the dataset), got {size!r}"
             )
+        if dataset.batch_size is not None and size != dataset.batch_size:
+            # The epoch plan deals samples in per-device batches of the dataset's batch_size;
+            # batches of another size would not line up with it, and a saved state would
+            # resume at the wrong place.
+            raise ConfigError(
+                f"Loader batch_size={size} differs from the dataset's batch_size={dataset.batch_size}; "
+                "leave one of them unset or make them equal"
+            )
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
             raise ConfigError(f"num_workers must be an int >= 0, got {num_workers!r}")
         if isinstance(prefetch_batches, bool) or not isinstance(prefetch_batches, int) or prefetch_batches < 1:
@@ -171,14 +179,28 @@ class Loader:
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (with this loader's workers and drop_last)."""
-        plan = self.dataset.plan(epoch=self.dataset._epoch, sample_in_epoch=0,
-                                 workers_per_rank=max(1, self.num_workers), batch_size=self.batch_size)
-        total = 0
-        for worker in range(max(1, self.num_workers)):
-            ids = plan.worker_ids(self.dataset.world.node, self.dataset.world.local_rank, worker)
-            count = int((ids >= 0).sum())
-            total += count // self.batch_size if self.drop_last else -(-count // self.batch_size)
-        return total
+        return len(self.batch_ids(self.dataset.current_epoch))
+
+    def batch_ids(self, epoch: int, sample_in_epoch: int = 0) -> list[np.ndarray]:
+        """The global sample ids of each batch this rank's loader yields in ``epoch``.
+
+        The same batches, in the same order, as iterating the loader (workers merged
+        round-robin), starting ``sample_in_epoch`` samples (all ranks) into the epoch.
+        Adapters that fetch batches by index (Keras ``PyDataset``) use this with
+        ``dataset.get_batch``.
+        """
+        ds = self.dataset
+        workers = max(1, self.num_workers)
+        plan = ds.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers,
+                       batch_size=self.batch_size)
+        per_worker = []
+        for worker in range(workers):
+            ids = plan.worker_ids(ds.world.node, ds.world.local_rank, worker)
+            ids = ids[ids >= 0]
+            stop = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
+            per_worker.append([ids[a : a + self.batch_size] for a in range(0, stop, self.batch_size)])
+        longest = max((len(b) for b in per_worker), default=0)
+        return [b[i] for i in range(longest) for b in per_worker if i < len(b)]
 
     # -- resumption --------------------------------------------------------------------------
 

@@ -83,7 +83,7 @@ def test_loader_batches_sync_and_async_agree(dataset: StreamingDataset, workers:
 
 
 def test_custom_collate_gets_sample_lists(dataset: StreamingDataset) -> None:
-    loader = Loader(dataset, batch_size=10, collate_fn=lambda samples: [int(s["id"]) for s in samples])
+    loader = Loader(dataset, collate_fn=lambda samples: [int(s["id"]) for s in samples])
     batches = list(loader)
     assert all(isinstance(b, list) for b in batches)
     assert sorted(i for b in batches for i in b) == list(range(N))
@@ -167,3 +167,22 @@ def test_pickle_columns_need_opt_in(tmp_path: Path) -> None:
     ds = StreamingDataset(local=str(tmp_path / "p"), allow_unsafe_types=True)
     assert ds[0]["obj"] == {"a": 1}
     ds.close()
+
+
+@pytest.mark.parametrize(("workers", "drop_last"), [(0, False), (2, True), (3, False)])
+def test_batch_ids_match_iteration(dataset: StreamingDataset, workers: int, drop_last: bool) -> None:
+    loader = Loader(dataset, num_workers=workers, worker_mode="thread", drop_last=drop_last)
+    planned = [b.tolist() for b in loader.batch_ids(0)]
+    assert len(planned) == len(loader)
+    assert [b["id"].tolist() for b in loader] == planned
+    # Resuming after 4 batches: the rest of the epoch, re-dealt over the workers.
+    later = [i for b in loader.batch_ids(0, sample_in_epoch=8 * 4) for i in b.tolist()]
+    first = [i for b in planned[:4] for i in b]
+    assert not set(first) & set(later)
+    if not drop_last:
+        assert sorted(first + later) == list(range(N))
+
+
+def test_loader_batch_size_must_match_the_plan(dataset: StreamingDataset) -> None:
+    with pytest.raises(ConfigError, match="differs from the dataset's batch_size=8"):
+        Loader(dataset, batch_size=7)
