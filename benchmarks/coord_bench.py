@@ -69,13 +69,16 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
     start, cpu = time.time(), _cpu()
     total = 0
+    waits: list[float] = []
     for _ in range(spec["passes"]):
         if node is None:
             for key in keys:
                 total += _read(os.path.join(spec["local"], key))
         elif spec["mode"] == "agent":
             for key in keys:
+                t = time.perf_counter()
                 async with node.pinned(key) as path:
+                    waits.append(time.perf_counter() - t)
                     total += _read(path)
         else:  # agent-window: pin the next `window` shards in one round trip, as a loader walking its plan
             for i in range(0, len(keys), spec["window"]):
@@ -86,7 +89,7 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
     end, cpu = time.time(), _cpu() - cpu
     if node is not None:
         await node.aclose()
-    return {"bytes": total, "start": start, "end": end, "cpu": cpu}
+    return {"bytes": total, "start": start, "end": end, "cpu": cpu, "waits": waits}
 
 
 def _cpu() -> float:
@@ -168,7 +171,7 @@ async def ensure_latency(local: str, remote: str, key: str, calls: int) -> float
     return statistics.median(samples) * 1e6
 
 
-async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mode: str, *,
+async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mode: str, *, passes: int,
                       spin: str | None = None, agent_mode: str = "process") -> dict[str, float]:
     """Run ``args.ranks`` readers at once; ``spin``: None, "leader" or "follower".
 
@@ -180,7 +183,7 @@ async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mod
     config = replace(CONFIG, agent_mode=agent_mode)  # type: ignore[arg-type]
     start_at = time.time() + 1.5 + args.ranks * 0.15
     base = {"local": local, "remote": remote, "run_id": run_id, "config": _cfg(config), "ranks": args.ranks,
-            "passes": args.passes, "start_at": start_at, "window": args.window}
+            "passes": passes, "start_at": start_at, "window": args.window}
     hold = None
     spin_proc = None
     if spin is not None:
@@ -218,7 +221,10 @@ async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mod
     total = sum(r["bytes"] for r in results)
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
     cpu = sum(r["cpu"] for r in results) + (agent_cpu if agent_mode == "process" else 0.0)
-    return {"mb_s": round(total / wall / 1e6, 1), "mb_per_cpu_s": round(total / cpu / 1e6, 1),
+    waits = sorted(w for r in results for w in r["waits"])
+    latency = {"ensure_p50_us": round(waits[len(waits) // 2] * 1e6, 1),
+               "ensure_p90_us": round(waits[len(waits) * 9 // 10] * 1e6, 1)} if waits else {}
+    return {"mb_s": round(total / wall / 1e6, 1), "mb_per_cpu_s": round(total / cpu / 1e6, 1), **latency,
             "reader_cpu_s": round(sum(r["cpu"] for r in results), 3), "agent_cpu_s": round(agent_cpu, 3)}
 
 
@@ -258,13 +264,16 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         runs: dict[str, list[dict[str, float]]] = {name: [] for name in scenarios}
         for i in range(args.runs):  # interleaved, so drift on a shared machine hits all alike
             for name, (root, keys, kw) in scenarios.items():
-                runs[name].append(await readers_run(args, root, keys, **kw))
+                passes = args.small_passes if root is small else args.passes
+                runs[name].append(await readers_run(args, root, keys, passes=passes, **kw))
             print(f"run {i + 1}:", {k: v[-1] for k, v in runs.items()}, flush=True)
     results["runs"] = runs
     med = {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()}
     cpu = {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()}
     results["median_mb_s"] = med
     results["median_mb_per_cpu_s"] = cpu
+    p50 = {k: statistics.median(r["ensure_p50_us"] for r in v) for k, v in runs.items() if "ensure_p50_us" in v[0]}
+    results["median_ensure_p50_us"] = p50
     if args.only:
         results["summary"] = {"mb_s": med, "mb_per_cpu_s": cpu}
         return results
@@ -281,6 +290,8 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
         "busy_leader_slowdown": round(1 - ratio("small_spin_leader", "small_spin_follower", med), 3),
         "busy_thread_agent_slowdown": round(1 - ratio("small_spin_leader_thread_agent", "small_spin_follower", med), 3),
         "any_spinner_slowdown": round(1 - ratio("small_spin_follower", "small_no_spin", med), 3),
+        "busy_leader_slowdown_per_cpu": round(1 - ratio("small_spin_leader", "small_spin_follower", cpu), 3),
+        "ensure_p50_us_under_load": p50,
     }
     return results
 
@@ -297,6 +308,7 @@ if __name__ == "__main__":
     parser.add_argument("--passes", type=int, default=4)
     parser.add_argument("--small-shards", type=int, default=64)
     parser.add_argument("--small-shard-mb", type=float, default=0.25)
+    parser.add_argument("--small-passes", type=int, default=40)
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--window", type=int, default=8, help="shards per ensure_many in agent-window mode")
     parser.add_argument("--only", help="comma-separated scenario names (default: all)")
