@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import heapq
 import itertools
 import os
 import warnings
@@ -26,11 +25,12 @@ from concurrent.futures import Executor
 from types import TracebackType
 
 from astream._cache.cache import ShardCache, ShardFile, State, shard_files
-from astream._cache.install import CorruptFile, ShardSink, remove_stale_temporaries
+from astream._cache.install import CorruptFile, ShardSink, remove_stale_temporaries, verify_files
+from astream._cache.slots import Slots
 from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
 from astream._format.compression import get_codec
-from astream._format.hashing import check_algorithm, new_hasher
+from astream._format.hashing import check_algorithm
 from astream._format.index import Index
 from astream._storage.base import Storage, StorageOptions
 from astream._storage.executor import PriorityExecutor
@@ -40,74 +40,6 @@ from astream._units import parse_bytes
 from astream.errors import CacheError, ConfigError, HashMismatchError, ShardFormatError, UsageError
 
 __all__ = ["ShardEngine"]
-
-
-class _Slots:
-    """A semaphore whose limit can change while in use; waiters are served by priority.
-
-    Lower priorities (earlier reservations, i.e. plan order) go first, so the shard the
-    consumer needs next is never stuck behind transfers of later shards.
-    """
-
-    def __init__(self, limit: int) -> None:
-        self.limit = limit
-        self.active = 0
-        self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
-        self._seq = itertools.count()
-
-    @contextlib.asynccontextmanager
-    async def hold(self, priority: int = 0) -> AsyncIterator[None]:
-        if self.active >= self.limit or self._waiters:
-            fut = asyncio.get_running_loop().create_future()
-            entry = (priority, next(self._seq), fut)
-            heapq.heappush(self._waiters, entry)
-            self.wake()
-            try:
-                await fut
-            except BaseException:
-                if fut.done() and not fut.cancelled():
-                    self._release()  # we were handed a slot just as we got cancelled
-                else:
-                    self._waiters.remove(entry)
-                    heapq.heapify(self._waiters)
-                raise
-        else:
-            self.active += 1
-        try:
-            yield
-        finally:
-            self._release()
-
-    def _release(self) -> None:
-        self.active -= 1
-        self.wake()
-
-    def wake(self) -> None:
-        while self._waiters and self.active < self.limit:
-            _, _, fut = heapq.heappop(self._waiters)
-            if not fut.done():
-                self.active += 1
-                fut.set_result(None)
-
-
-def _verify_files(cache: ShardCache, files: list[ShardFile], algo: str) -> str | None:
-    """Hash a ready shard's files on disk (executor); returns a problem, or None if fine."""
-    for f in files:
-        for info in (f.zip, f.raw):
-            if info is None or algo not in info.hashes:
-                continue
-            path = cache.path(info)
-            try:
-                hasher = new_hasher(algo)
-                with open(path, "rb") as fh:
-                    while chunk := fh.read(4 << 20):
-                        hasher.update(chunk)
-            except FileNotFoundError:
-                continue
-            if hasher.hexdigest() != info.hashes[algo].lower():
-                return f"{path}: {algo} digest differs from index.json"
-            break
-    return None
 
 
 class ShardEngine:
@@ -167,7 +99,7 @@ class ShardEngine:
         self.cache = ShardCache(index, root, limit, keep_zip, local_only, pinned_at_once)
         self._aimd = Aimd(max_concurrency, initial=initial_concurrency)
         self.stats = CacheStats(concurrency=self._aimd.limit)
-        self._slots = _Slots(self._aimd.limit)
+        self._slots = Slots(self._aimd.limit)
         self._storage = storage
         self._pool = StoragePool(options, events=self) if storage is None else None
         self._executor: Executor = executor or PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
@@ -389,7 +321,7 @@ class ShardEngine:
             assert self.validate_hash is not None
             try:
                 problem = await loop.run_in_executor(
-                    self._executor, _verify_files, self.cache, files, self.validate_hash
+                    self._executor, verify_files, self.cache, files, self.validate_hash
                 )
             except BaseException:
                 self.cache.entries[i].state = State.READY  # still there, just not verified

@@ -20,12 +20,13 @@ from collections.abc import Iterator
 from concurrent.futures import Executor
 from typing import BinaryIO
 
+from astream._cache.cache import ShardCache, ShardFile
 from astream._format.compression import Codec, StreamDecoder
 from astream._format.hashing import Hasher, new_hasher
 from astream._storage.sink import BufferedSink, fsync_dir
 from astream.errors import CacheError, CompressionError
 
-__all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name"]
+__all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 
@@ -256,3 +257,23 @@ class ShardSink(BufferedSink):
         except BaseException:
             self.abort()
             raise
+
+
+def verify_files(cache: ShardCache, files: list[ShardFile], algo: str) -> str | None:
+    """Hash a ready shard's files on disk (executor); returns a problem, or None if fine."""
+    for f in files:
+        for info in (f.zip, f.raw):
+            if info is None or algo not in info.hashes:
+                continue
+            path = cache.path(info)
+            try:
+                hasher = new_hasher(algo)
+                with open(path, "rb") as fh:
+                    while chunk := fh.read(4 << 20):
+                        hasher.update(chunk)
+            except FileNotFoundError:
+                continue
+            if hasher.hexdigest() != info.hashes[algo].lower():
+                return f"{path}: {algo} digest differs from index.json"
+            break
+    return None
