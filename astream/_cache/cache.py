@@ -38,6 +38,7 @@ class Entry:
     pins: int = 0
     last_used: int = 0
     verified: bool = False
+    suspect: bool = False  # written without fsync before the last reboot: check before use
 
 
 @dataclass(frozen=True)
@@ -113,16 +114,22 @@ class ShardCache:
         return total
 
     # -- residency ----------------------------------------------------------------------------
-    def scan(self) -> list[int]:
+    def scan(self, trust_unsynced: bool = True) -> list[int]:
         """Mark shards whose files are already on disk with the right sizes as ready.
 
-        Runs once at start (in an executor). Returns the indices found ready.
+        Runs once at start (in an executor). With ``trust_unsynced=False`` (the engine
+        does not fsync), a file last written before this machine booted may have lost
+        data in a power cut despite its size: such shards are marked ``suspect`` and are
+        checked (or fetched again) before use. Returns the indices found ready.
         """
+        boot = 0.0 if trust_unsynced else boot_time()
         found = []
         for i, shard in enumerate(self.index.shards):
-            if all(_size_is(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)):
+            mtimes = [_mtime_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
+            if all(m is not None for m in mtimes):
                 entry = self.entries[i]
                 entry.state, entry.size = State.READY, self._disk_size(i)
+                entry.suspect = any(m is not None and m < boot for m in mtimes)
                 self.used += entry.size
                 found.append(i)
         return found
@@ -161,7 +168,7 @@ class ShardCache:
         entry = self.entries[i]
         actual = self._disk_size(i) if self.local_only else self.footprint(i)
         self.used += actual - entry.size
-        entry.state, entry.size, entry.verified = State.READY, actual, True
+        entry.state, entry.size, entry.verified, entry.suspect = State.READY, actual, True, False
 
     def forget(self, i: int) -> None:
         """Shard ``i`` is gone (failed install, or evicted): release its bytes."""
@@ -199,6 +206,26 @@ class ShardCache:
     @property
     def pinned(self) -> list[int]:
         return [i for i, e in enumerate(self.entries) if e.pins > 0]
+
+
+def boot_time() -> float:
+    """When this machine booted (seconds since the epoch; 0 where unknown)."""
+    try:
+        with open("/proc/stat", "rb") as fh:
+            for line in fh:
+                if line.startswith(b"btime "):
+                    return float(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0.0
+
+
+def _mtime_if_size(path: str, size: int) -> float | None:
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_mtime if st.st_size == size else None
 
 
 def _size_is(path: str, size: int) -> bool:

@@ -31,7 +31,7 @@ from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
 from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm
-from astream._format.index import Index
+from astream._format.index import Index, ShardInfo
 from astream._storage.base import Storage, StorageOptions
 from astream._storage.executor import PriorityExecutor
 from astream._storage.local import local_path_of
@@ -57,7 +57,10 @@ class ShardEngine:
         options: timeouts, retries and pool sizes of the backends.
         storage: a backend to use instead of one from the registry (never closed here).
         executor: a thread pool for file work (never shut down here); default: a private one.
-        fsync: fsync installed files before renaming them into place.
+        fsync: fsync installed files before renaming them into place. Without it a process
+            crash still never leaves a bad shard (files appear by rename once complete); a
+            power cut could, so shards written before the last boot are then checked
+            against index.json's digest (or fetched again) before use.
         pinned_at_once: how many shards consumers hold at the same time (for the limit check).
         initial_concurrency: transfers at first; doubles per success up to ``max_concurrency``
             (slow start: the first shard gets the whole link). None starts at the maximum.
@@ -136,7 +139,7 @@ class ShardEngine:
         def scan() -> list[int]:
             if os.path.isdir(self.cache.root):
                 remove_stale_temporaries(self.cache.root)
-            return self.cache.scan()
+            return self.cache.scan(trust_unsynced=self._fsync)
 
         await loop.run_in_executor(self._executor, scan)
         self.stats.cache_bytes = self.cache.used
@@ -259,7 +262,7 @@ class ShardEngine:
                 )
             await self._wait_change()
         else:
-            if entry.state is State.READY and self.validate_hash and not entry.verified:
+            if entry.state is State.READY and (entry.suspect or (self.validate_hash and not entry.verified)):
                 entry.state = State.BUSY
                 self._tasks[i] = asyncio.get_running_loop().create_task(
                     self._install(i, verify=True, priority=next(self._order))
@@ -313,15 +316,24 @@ class ShardEngine:
         assert self._pool is not None
         return self._pool.get(url)
 
+    def _check_algo(self, shard: ShardInfo) -> str | None:
+        """The hash to check a shard already on disk with: validate_hash, else the fastest one known."""
+        if self.validate_hash:
+            return self.validate_hash
+        known = set(shard.stored.hashes) | set(shard.raw_data.hashes)
+        for algo in ("xxh3_64", "xxh64", "xxh128", "xxh3_128", "xxh32", "blake2b", "sha1", "md5", "sha256"):
+            if algo in known:
+                return algo
+        return next(iter(sorted(known)), None)
+
     async def _install(self, i: int, verify: bool, priority: int) -> None:
         shard = self.index.shards[i]
         files = shard_files(shard)
         loop = asyncio.get_running_loop()
         if verify:
-            assert self.validate_hash is not None
             try:
                 problem = await loop.run_in_executor(
-                    self._executor, verify_files, self.cache, files, self.validate_hash
+                    self._executor, verify_files, self.cache, files, self._check_algo(shard)
                 )
             except BaseException:
                 self.cache.entries[i].state = State.READY  # still there, just not verified
@@ -329,6 +341,7 @@ class ShardEngine:
                 raise
             if problem is None:
                 self.cache.entries[i].verified = True
+                self.cache.entries[i].suspect = False
                 self.cache.entries[i].state = State.READY
                 self._wake()
                 return

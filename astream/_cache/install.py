@@ -259,9 +259,12 @@ class ShardSink(BufferedSink):
             raise
 
 
-def verify_files(cache: ShardCache, files: list[ShardFile], algo: str) -> str | None:
+def verify_files(cache: ShardCache, files: list[ShardFile], algo: str | None) -> str | None:
     """Hash a ready shard's files on disk (executor); returns a problem, or None if fine."""
+    if algo is None:
+        return "index.json has no digest to check it with"
     for f in files:
+        checked = False
         for info in (f.zip, f.raw):
             if info is None or algo not in info.hashes:
                 continue
@@ -275,5 +278,8 @@ def verify_files(cache: ShardCache, files: list[ShardFile], algo: str) -> str | 
                 continue
             if hasher.hexdigest() != info.hashes[algo].lower():
                 return f"{path}: {algo} digest differs from index.json"
+            checked = True
             break
+        if not checked:
+            return f"{cache.path(f.raw)}: index.json has no {algo} digest for it"
     return None

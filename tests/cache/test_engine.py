@@ -286,3 +286,28 @@ async def test_engine_must_be_started(dataset: Dataset, tmp_path: Path) -> None:
         await engine.ensure(0)
     await engine.aclose()
     await engine.aclose()
+
+
+async def test_unsynced_shards_from_before_a_reboot_are_checked(
+    server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions
+) -> None:
+    root, index = dataset
+    local = tmp_path / "c"
+    async with ShardEngine(index, str(local), server.url, options=options, fsync=False) as engine:
+        for i in (0, 1):
+            async with engine.use(i):
+                pass
+    good = (local / "shard.00000.mds").read_bytes()
+    (local / "shard.00001.mds").write_bytes(b"\0" * len(good))  # what a power cut can leave
+    for name in ("shard.00000.mds", "shard.00001.mds"):
+        os.utime(local / name, (1_000_000, 1_000_000))  # written long before this boot
+    before = server.count("*.zstd")
+    async with ShardEngine(index, str(local), server.url, options=options, fsync=False) as engine:
+        assert engine.cache.entries[0].suspect
+        for i in (0, 1):
+            async with engine.use(i) as path:
+                assert Path(path).read_bytes() == raw_bytes(root, index, i)
+        assert engine.stats.hash_failures == 1
+    assert server.count("*.zstd") == before + 1  # only the damaged one came again
+    async with ShardEngine(index, str(local), server.url, options=options) as engine:
+        assert not engine.cache.entries[0].suspect  # fsynced caches trust what they find
