@@ -5,7 +5,7 @@ PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 LINT_PATHS := astream tests $(wildcard benchmarks examples)
 
-.PHONY: demo test lint bench docs clean
+.PHONY: demo test lint docs clean
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -19,11 +19,15 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
+	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .venv/site
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
+
+docs: $(STAMP)
+	$(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
