@@ -2,4 +2,6 @@ import sys
 
 from astream.cli import main
 
-sys.exit(main())
+# Guarded: spawned worker processes of `astream convert` import the main module again.
+if __name__ == "__main__":
+    sys.exit(main())
