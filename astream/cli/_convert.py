@@ -195,9 +195,9 @@ def run(args: argparse.Namespace) -> int:
     fmt = args.format or detect_format(args.inputs)
     workers = args.workers or _default_workers(args.inputs)
     parts = plan_parts(args.inputs, fmt, args.parts or workers)
-    first_rows = [row for part in parts[:50] for _, row in islice(read_part(part, lambda n: None), _INFER_ROWS)]
+    first_rows = _first_rows(parts, _INFER_ROWS)
     settings = Settings(
-        columns=infer_columns(first_rows[:_INFER_ROWS], fmt == "csv", overrides), text=fmt == "csv",
+        columns=infer_columns(first_rows, fmt == "csv", overrides), text=fmt == "csv",
         compression=args.compression or None,
         hashes=tuple(h.strip() for h in (args.hashes or "").split(",") if h.strip()),
         size_limit=args.size_limit,
@@ -228,6 +228,20 @@ def run(args: argparse.Namespace) -> int:
         print(f"wrote {samples:,} samples to {args.out} ({format_size(stored)}) in "
               f"{time.perf_counter() - start:.1f} s")
     return 0
+
+
+def _first_rows(parts: list[Part], count: int) -> list[dict[str, Any]]:
+    """The first ``count`` rows of the input, to infer the encodings from."""
+    rows: list[dict[str, Any]] = []
+    for part in parts:
+        reader = read_part(part, lambda n: None)
+        try:
+            rows.extend(row for _, row in islice(reader, count - len(rows)))
+        finally:
+            reader.close()  # closes the input file now, not whenever the generator is collected
+        if len(rows) >= count:
+            break
+    return rows
 
 
 def _default_workers(inputs: list[str]) -> int:

@@ -22,6 +22,7 @@ from astream._format.encodings import get_encoding
 from astream._format.encodings.ndarray import DTYPE_CODES
 from astream._format.encodings.scalars import NUMERIC_DTYPES
 from astream.cli._output import CommandError
+from astream.errors import EncodingError
 
 __all__ = ["coerce", "infer_columns", "parse_column_overrides"]
 
@@ -50,7 +51,10 @@ def parse_column_overrides(texts: Iterable[str]) -> dict[str, str]:
         name, sep, encoding = piece.strip().partition(":")
         if not sep or not name or not encoding:
             raise CommandError(f"--columns: {piece!r} is not NAME:ENCODING (e.g. 'label:int,image:jpeg')", 2)
-        get_encoding(encoding)  # EncodingError names the valid ones
+        try:
+            get_encoding(encoding)
+        except EncodingError as exc:  # its message lists the valid encodings
+            raise CommandError(f"--columns {name}: {exc}", 2) from exc
         out[name] = encoding
     return out
 

@@ -17,7 +17,7 @@ import csv
 import itertools
 import json
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -169,7 +169,7 @@ def _row_ranges(kind: str, paths: tuple[str, ...], rows: int, parts: int, names:
             for a in range(0, rows, step)]
 
 
-def read_part(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, Any]]]:
+def read_part(part: Part, progress: Progress) -> Generator[tuple[str, dict[str, Any]], None, None]:
     """The rows of ``part`` as ``(where, row)``; ``where`` names the row in error messages."""
     if part.kind == "jsonl":
         yield from _jsonl(part, progress)
