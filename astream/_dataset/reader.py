@@ -7,6 +7,13 @@ for the stretch where it is read, not once per sample. A prefetch task asks the 
 agent for leases in order of their start as the consumer approaches them (at most
 ``max_concurrency`` requests in flight); the consumer waits only for the leases its
 next batch needs, and releases each lease as soon as the sequence has passed its end.
+
+Shards are read through read-only memory maps, and every page of a map that a read
+touched counts in the process's RSS until it is unmapped. The reader hands touched
+pages back (``MADV_DONTNEED``: the data stays in the page cache and a later read maps
+it again) once ``RESIDENT_BUDGET`` bytes were read, when a lease ends, and right after a
+shard is opened (opening validates every record's head), so what iterating holds is a
+few dozen megabytes, not the shards it has read.
 """
 
 from __future__ import annotations
@@ -14,8 +21,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import heapq
+import mmap
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -29,6 +37,27 @@ from astream._format.shard import ShardReader
 __all__ = ["EpochReader", "OpenShards", "leases_of"]
 
 Int64Array = npt.NDArray[np.int64]
+
+# Bytes read from mapped shards after which their touched pages are handed back.
+RESIDENT_BUDGET = 32 << 20
+
+
+def drop_pages(reader: ShardReader) -> None:
+    """Unmap the pages of ``reader``'s file from this process (they stay in the page cache)."""
+    buf = reader.buffer
+    if isinstance(buf, mmap.mmap) and not buf.closed:
+        with contextlib.suppress(OSError, ValueError):
+            buf.madvise(mmap.MADV_DONTNEED)
+
+
+def smap_mean_records(smap: SampleMap) -> npt.NDArray[np.float64]:
+    """The mean bytes per sample of each shard (its uncompressed file over its samples)."""
+    means = [
+        sh.raw_data.bytes / max(1, sh.samples)
+        for index in smap.indexes
+        for sh in index.shards
+    ]
+    return np.asarray(means, np.float64)
 
 
 def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int64Array]:
@@ -75,12 +104,20 @@ class OpenShards:
         reader = ShardReader.open(
             path, self._smap.layouts[shard], shard=info.index, expected_samples=info.samples
         )
+        drop_pages(reader)  # validation touched every record's head
         self._open[shard] = reader
         while len(self._open) > self._max_open:
             # Dropped, not closed: a batch being decoded may still use it; the mapping
             # goes with the last reference.
             self._open.popitem(last=False)
         return reader
+
+    def drop_pages(self, shards: Iterable[int]) -> None:
+        """Hand back the touched pages of these shards (those still open)."""
+        for shard in shards:
+            reader = self._open.get(shard)
+            if reader is not None:
+                drop_pages(reader)
 
     def close(self) -> None:
         readers = list(self._open.values())
@@ -131,6 +168,11 @@ class EpochReader:
         self._prefetch: asyncio.Task[None] | None = None
         self._held: set[int] = set()
         self._requests: set[asyncio.Task[None]] = set()
+        # Mapped pages: the shards read since they were last handed back, and about how
+        # many bytes (records of the shard's mean size).
+        self._touched: set[int] = set()
+        self._touched_bytes = 0.0
+        self._mean_record = smap_mean_records(smap)
 
     async def __aenter__(self) -> EpochReader:
         loop = asyncio.get_running_loop()
@@ -202,6 +244,22 @@ class EpochReader:
             self._paths[int(self._lease_shard[lease])] = path
             self._needed += 1
 
+    def _touch(self, a: int, b: int) -> None:
+        """Positions ``a:b`` were read: count the bytes mapped for them."""
+        shards = self._shard[a:b]
+        first = int(shards[0])
+        if shards[-1] == first and (b - a == 1 or (shards == first).all()):
+            self._touched.add(first)
+            self._touched_bytes += (b - a) * self._mean_record[first]
+        else:
+            uniq = np.unique(shards).tolist()
+            self._touched.update(uniq)
+            self._touched_bytes += float(self._mean_record[shards].sum())
+        if self._touched_bytes >= RESIDENT_BUDGET:
+            self._shards.drop_pages(self._touched)
+            self._touched.clear()
+            self._touched_bytes = 0.0
+
     async def _advance(self, position: int) -> None:
         """The consumer finished everything before ``position``: release passed leases."""
         self._consumed = position
@@ -209,6 +267,10 @@ class EpochReader:
         while self._releases and self._releases[0][0] < position:
             _, lease = heapq.heappop(self._releases)
             self._held.discard(lease)
+            shard = int(self._lease_shard[lease])
+            if shard in self._touched:
+                self._shards.drop_pages((shard,))
+                self._touched.discard(shard)
             await self._node.unpin(self._key(lease))
 
     def _reader(self, shard: int) -> ShardReader:
@@ -243,6 +305,7 @@ class EpochReader:
                 batch = self._read_batch(a, b)
             else:
                 batch = collate([self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)])
+            self._touch(a, b)
             await self._advance(b)
             yield batch
 
@@ -254,6 +317,7 @@ class EpochReader:
             b = min(a + chunk, n)
             await self._ready_until(b)
             out = [self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)]
+            self._touch(a, b)
             await self._advance(b)
             yield out
 
@@ -266,6 +330,7 @@ class EpochReader:
             await self._ready_until(b)
             for i in range(a, b):
                 yield self._reader(int(self._shard[i])).get(int(self._offset[i]))
+            self._touch(a, b)
             await self._advance(b)
 
 
