@@ -4,14 +4,15 @@ Reports samples/s, MB/s (of sample data, and of bytes downloaded), the time to t
 first batch, the node cache's hit rate and peak memory. The hit rate is what the node
 agent counts (``AsyncNodeClient.stats()``): shard requests answered from the cache,
 out of all shard requests (answered, fetched, or joined to a fetch in flight). Without
-``--local`` the cache is a fresh temporary folder (a cold run) removed afterwards; a
-local dataset without ``--local`` is read in place.
+``--local`` the cache is a fresh temporary folder (a cold run) removed afterwards, also
+for a local dataset, which is then read through the cache like any remote.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
 import shutil
 import sys
@@ -120,14 +121,12 @@ def run(args: argparse.Namespace) -> int:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1, got {value}", 2)
     if args.workers < 0:
         raise CommandError(f"--workers must be 0 or more, got {args.workers}", 2)
-    temporary = None
-    if args.local is not None:
-        remote, local = args.url, args.local
-    elif is_local(args.url):
-        remote, local = None, args.url  # read in place: a warm run by definition
-    else:
-        temporary = tempfile.mkdtemp(prefix="astream-bench-")
-        remote, local = args.url, temporary
+    # Never the dataset folder itself by default: streaming decompresses shards into the
+    # cache folder, which must not be a user's dataset (or a read-only mount).
+    temporary = None if args.local is not None else tempfile.mkdtemp(prefix="astream-bench-")
+    local = args.local or temporary
+    assert local is not None
+    remote = None if is_local(args.url) and os.path.realpath(args.url) == os.path.realpath(local) else args.url
     try:
         result = _stream(args, remote, local)
     finally:
