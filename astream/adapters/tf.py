@@ -1,0 +1,180 @@
+"""TensorFlow: a ``tf.data.Dataset`` over a Loader, typed from the dataset's columns.
+
+::
+
+    from astream.adapters.tf import as_tf_dataset
+
+    train = as_tf_dataset(loader, x="image", y="label").prefetch(2)
+    model.fit(train, epochs=10)
+
+The element spec comes from the MDS encodings: ``ndarray:float32:3,32,32`` becomes a
+``float32`` tensor of shape ``(batch, 3, 32, 32)``, scalar columns ``(batch,)``, ``str``
+and ``bytes`` columns ``tf.string``. The batch dimension is the loader's batch size when
+it drops incomplete batches, else None. tensorflow is imported only when a dataset is
+made; without it, importing this module raises :class:`~astream.errors.MissingExtraError`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from astream import Loader
+from astream.adapters._columns import ColumnKind, Columns, column_kind, select_columns
+from astream.adapters._cursor import EpochCursor
+from astream.adapters._extras import require
+from astream.errors import ConfigError
+
+require("tensorflow", "astream.adapters.tf", "tf")
+
+__all__ = ["as_tf_dataset", "column_specs"]
+
+
+def _kinds(loader: Loader, columns: Sequence[str] | None) -> dict[str, ColumnKind]:
+    available = loader.dataset.columns
+    names = list(available) if columns is None else list(columns)
+    unknown = [n for n in names if n not in available]
+    if unknown:
+        raise ConfigError(f"columns= names unknown column(s) {', '.join(map(repr, unknown))}; "
+                          f"the dataset has {', '.join(map(repr, available))}")
+    kinds = {n: column_kind(available[n]) for n in names}
+    untyped = [n for n, k in kinds.items() if k.dtype is None]
+    if untyped:
+        raise ConfigError(
+            "column(s) " + ", ".join(f"{n!r} ({available[n]})" for n in untyped) + " have no tensor form; "
+            "leave them out with columns=[...], or give the loader a collate_fn and as_tf_dataset an "
+            "output_signature"
+        )
+    return kinds
+
+
+def column_specs(loader: Loader, columns: Sequence[str] | None = None) -> dict[str, Any]:
+    """``tf.TensorSpec`` of each column of a loader's batches, from the MDS encodings.
+
+    Raises:
+        ConfigError: an unknown column, or one with no tensor form (json, pkl, images).
+    """
+    import tensorflow as tf
+
+    batch = loader.batch_size if loader.drop_last else None
+    specs = {}
+    for name, kind in _kinds(loader, columns).items():
+        dtype = tf.string if kind.dtype == "string" else tf.as_dtype(kind.dtype)
+        shape = None if kind.shape is None else (batch, *kind.shape)
+        specs[name] = tf.TensorSpec(shape, dtype, name=name)
+    return specs
+
+
+def _text(values: Any) -> np.ndarray:
+    # tf.string takes an object array of bytes; str and Decimal values are encoded.
+    return np.array([v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object)
+
+
+def _converter(kinds: Mapping[str, ColumnKind]) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def convert(batch: dict[str, Any]) -> dict[str, Any]:
+        out = {}
+        for name, kind in kinds.items():
+            value = batch[name]
+            if kind.dtype == "string":
+                out[name] = _text(value)
+            elif isinstance(value, np.ndarray):
+                out[name] = value
+            else:
+                raise ConfigError(
+                    f"column {name!r} holds samples of different shapes in one batch, which a dense tensor "
+                    "cannot; pad them with the loader's collate_fn (and pass output_signature), or leave the "
+                    "column out with columns=[...]"
+                )
+        return out
+
+    return convert
+
+
+def as_tf_dataset(
+    loader: Loader,
+    *,
+    x: Columns = None,
+    y: Columns = None,
+    sample_weight: Columns = None,
+    columns: Sequence[str] | None = None,
+    epochs: int | None = 1,
+    output_signature: Any = None,
+) -> Any:
+    """A ``tf.data.Dataset`` of a loader's batches.
+
+    Each pass over the dataset iterates the loader for ``epochs`` epochs (``model.fit``
+    makes one pass per Keras epoch), so the batches and their order are the loader's.
+
+    Args:
+        loader: the loader.
+        x: input column name(s): elements become ``(x,)``, ``(x, y)`` or ``(x, y, w)``
+            tuples as ``model.fit`` takes them (several names: a dict by name).
+        y: target column name(s).
+        sample_weight: sample-weight column name(s).
+        columns: with no ``x``, the columns of each element (a dict); default all.
+        epochs: loader epochs per pass; None for an endless stream (give ``fit`` a
+            ``steps_per_epoch``; also the way to resume ``fit`` mid-epoch from a loaded state).
+        output_signature: the element spec, for loaders with a ``collate_fn`` (batches
+            are then passed on as the loader makes them).
+
+    Returns:
+        The dataset; its cardinality is known when every pass has the same length.
+
+    Raises:
+        ConfigError: unknown columns, a column with no tensor form, a ``collate_fn``
+            without ``output_signature``, or a bad ``epochs``.
+    """
+    import tensorflow as tf
+
+    if not isinstance(loader, Loader):
+        raise ConfigError(f"as_tf_dataset needs an astream.Loader, got {type(loader).__name__}")
+    if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+        raise ConfigError(f"epochs must be an int >= 1 or None, got {epochs!r}")
+    convert: Callable[[dict[str, Any]], Any]
+    if output_signature is not None:
+        signature, convert = output_signature, _identity
+    else:
+        if loader.collate_fn is not None:
+            raise ConfigError("this loader has a collate_fn: pass output_signature= describing its batches")
+        picked = [*_names(x), *_names(y), *_names(sample_weight)] if x is not None else columns
+        kinds = _kinds(loader, picked)
+        select = select_columns(loader.dataset.columns, x, y, sample_weight, None, leaf=_identity)
+        signature = select(column_specs(loader, list(kinds)))
+        to_tensors = _converter(kinds)
+
+        def convert(batch: dict[str, Any]) -> Any:
+            return select(to_tensors(batch))
+
+    def batches() -> Iterator[Any]:
+        for _ in itertools.count() if epochs is None else range(epochs):
+            for batch in loader:
+                yield convert(batch)
+
+    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
+    cardinality = _cardinality(loader, epochs)
+    if cardinality is not None:
+        # Keras plans each epoch from this; unknown, it warns each epoch that data ran out.
+        dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
+    return dataset
+
+
+def _identity(value: Any) -> Any:
+    return value
+
+
+def _names(names: Columns) -> list[str]:
+    return [names] if isinstance(names, str) else list(names or [])
+
+
+def _cardinality(loader: Loader, epochs: int | None) -> int | None:
+    import tensorflow as tf
+
+    if epochs is None:
+        return int(tf.data.INFINITE_CARDINALITY)
+    cursor = EpochCursor(loader)
+    full = len(loader.batch_ids(cursor.epoch, 0))
+    # A loaded state makes the first pass shorter than the others: no single length.
+    return full * epochs if len(cursor) == full else None
