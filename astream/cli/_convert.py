@@ -25,7 +25,7 @@ from typing import Any
 
 from astream._format.writer import MDSWriter
 from astream.cli._infer import coerce, infer_columns, parse_column_overrides
-from astream.cli._inputs import FORMATS, Part, detect_format, plan_parts, read_part
+from astream.cli._inputs import FORMATS, Part, detect_format, plan_parts, read_part, typed_columns
 from astream.cli._merge import PARTS_DIR, merge_parts
 from astream.cli._output import CommandError, format_size, progress
 from astream.errors import AstreamError, CompressionError, ConfigError, EncodingError, SampleError
@@ -197,7 +197,7 @@ def run(args: argparse.Namespace) -> int:
     parts = plan_parts(args.inputs, fmt, args.parts or workers)
     first_rows = _first_rows(parts, _INFER_ROWS)
     settings = Settings(
-        columns=infer_columns(first_rows, fmt == "csv", overrides), text=fmt == "csv",
+        columns=infer_columns(first_rows, fmt == "csv", overrides, typed_columns(parts[0])), text=fmt == "csv",
         compression=args.compression or None,
         hashes=tuple(h.strip() for h in (args.hashes or "").split(",") if h.strip()),
         size_limit=args.size_limit,

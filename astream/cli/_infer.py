@@ -113,13 +113,16 @@ def _infer_one(name: str, values: list[Any], text: bool) -> str:
     return "json"
 
 
-def infer_columns(rows: Sequence[Mapping[str, Any]], text: bool, overrides: Mapping[str, str]) -> dict[str, str]:
+def infer_columns(
+    rows: Sequence[Mapping[str, Any]], text: bool, overrides: Mapping[str, str], typed: Mapping[str, str] | None = None,
+) -> dict[str, str]:
     """The encodings of the columns of ``rows`` (in first-row order), with ``overrides`` applied.
 
     Args:
         rows: the first rows of the input.
         text: the values are text cells (CSV): infer numbers from how they parse.
         overrides: encodings given with ``--columns``.
+        typed: encodings the input's schema fixes (Parquet); overrides still win.
 
     Raises:
         CommandError: no rows, an override names no column, or a column cannot be inferred.
@@ -133,7 +136,8 @@ def infer_columns(rows: Sequence[Mapping[str, Any]], text: bool, overrides: Mapp
     if unknown:
         raise CommandError(f"--columns names {', '.join(unknown)}, but the input's columns are "
                            f"{', '.join(names)}", 2)
-    return {n: overrides.get(n) or _infer_one(n, [r.get(n) for r in rows], text) for n in names}
+    typed = typed or {}
+    return {n: overrides.get(n) or typed.get(n) or _infer_one(n, [r.get(n) for r in rows], text) for n in names}
 
 
 def coerce(encoding: str, value: Any, text: bool) -> Any:

@@ -26,7 +26,7 @@ import numpy as np
 from astream.cli._output import CommandError
 from astream.errors import MissingExtraError
 
-__all__ = ["FORMATS", "Part", "detect_format", "plan_parts", "read_part"]
+__all__ = ["FORMATS", "Part", "detect_format", "plan_parts", "read_part", "typed_columns"]
 
 FORMATS = ("jsonl", "csv", "parquet", "numpy")
 _EXTENSIONS = {
@@ -133,6 +133,44 @@ def plan_parts(paths: list[str], fmt: str, parts: int) -> list[Part]:
                     for g in range(0, groups, step)]
         return out
     return _numpy_parts(files, parts)
+
+
+def typed_columns(part: Part) -> dict[str, str]:
+    """Encodings that the input's own types fix (Parquet's schema); other inputs: none.
+
+    ``int64`` maps to ``int`` (a Python int, MosaicML's usual integer column), lists of
+    numbers to ``ndarray:DTYPE`` (with the length when the list type fixes it); columns
+    without an obvious encoding are left to inference from the values.
+    """
+    if part.kind != "parquet":
+        return {}
+    import pyarrow as pa
+
+    out: dict[str, str] = {}
+    for column in pyarrow_parquet().read_schema(part.paths[0]):
+        encoding = _arrow_encoding(pa, column.type)
+        if encoding is not None:
+            out[column.name] = encoding
+    return out
+
+
+def _arrow_encoding(pa: Any, kind: Any) -> str | None:
+    types = pa.types
+    if types.is_boolean(kind):
+        return "uint8"
+    if types.is_integer(kind) or types.is_floating(kind):
+        name = np.dtype(kind.to_pandas_dtype()).name
+        return "int" if name == "int64" else name
+    if types.is_string(kind) or types.is_large_string(kind):
+        return "str"
+    if types.is_binary(kind) or types.is_large_binary(kind):
+        return "bytes"
+    if types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind):
+        value = kind.value_type
+        if (types.is_integer(value) or types.is_floating(value)) and not types.is_boolean(value):
+            dtype = np.dtype(value.to_pandas_dtype()).name
+            return f"ndarray:{dtype}:{kind.list_size}" if types.is_fixed_size_list(kind) else f"ndarray:{dtype}"
+    return None
 
 
 def _numpy_parts(files: list[str], parts: int) -> list[Part]:

@@ -94,14 +94,21 @@ def test_parquet(cli: Run, tmp_path: Path) -> None:
     pa = pytest.importorskip("pyarrow")
     pq = pytest.importorskip("pyarrow.parquet")
     table = pa.table({"a": list(range(900)), "s": [f"s{i}" for i in range(900)],
-                      "b": [bytes([i % 256]) for i in range(900)]})
+                      "b": [bytes([i % 256]) for i in range(900)],
+                      "f": pa.array([i / 2 for i in range(900)], pa.float32()),
+                      "v": pa.array([[i, -i] for i in range(900)], pa.list_(pa.int16(), 2)),
+                      "r": [list(range(1 + i % 3)) for i in range(900)]})
     pq.write_table(table, tmp_path / "t.parquet", row_group_size=100)
     result = cli("convert", str(tmp_path / "t.parquet"), "-o", str(tmp_path / "out"), "--workers", "2",
                  "--columns", "a:int32")
     assert result.returncode == 0, result.stderr
     columns, read = _read(tmp_path / "out")
-    assert columns == {"a": "int32", "b": "bytes", "s": "str"}
+    assert columns == {"a": "int32", "b": "bytes", "f": "float32", "r": "ndarray:int64", "s": "str",
+                       "v": "ndarray:int16:2"}
     assert [(int(r["a"]), r["s"], r["b"]) for r in read] == [(i, f"s{i}", bytes([i % 256])) for i in range(900)]  # type: ignore[call-overload]
+    assert [float(r["f"]) for r in read[:3]] == [0.0, 0.5, 1.0]  # type: ignore[arg-type]
+    assert read[5]["v"].tolist() == [5, -5]  # type: ignore[attr-defined]
+    assert [r["r"].tolist() for r in read[:3]] == [[0], [0, 1], [0, 1, 2]]  # type: ignore[attr-defined]
 
 
 def test_parquet_without_pyarrow_names_the_extra(cli: Run, tmp_path: Path) -> None:
