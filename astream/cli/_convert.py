@@ -135,23 +135,27 @@ def _convert_parallel(parts: list[Part], out: str, settings: Settings, workers: 
     ctx = _context()
     progress_queue = ctx.Queue()
     folders = [os.path.join(out, PARTS_DIR, str(k)) for k in range(len(parts))]
-    with ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(progress_queue,)) as pool:
-        futures: list[Future[int]] = [pool.submit(_convert_part, p, f, settings)
-                                      for p, f in zip(parts, folders, strict=True)]
-        try:
-            pending: set[Future[int]] = set(futures)
-            while pending:
-                _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
-                _drain(progress_queue, bar)
-                failed = next((f for f in futures if f.done() and f.exception() is not None), None)
-                if failed is not None:
-                    raise failed.exception()  # type: ignore[misc]
-        except BaseException:
-            for f in futures:
-                f.cancel()
-            raise
-        _drain(progress_queue, bar)
+    pool = ProcessPoolExecutor(workers, mp_context=ctx, initializer=_init_worker, initargs=(progress_queue,))
+    futures: list[Future[int]] = [pool.submit(_convert_part, p, f, settings)
+                                  for p, f in zip(parts, folders, strict=True)]
+    try:
+        pending: set[Future[int]] = set(futures)
+        while pending:
+            _, pending = wait(pending, timeout=0.1, return_when=FIRST_EXCEPTION)
+            _drain(progress_queue, bar)
+            failed = next((f for f in futures if f.done() and f.exception() is not None), None)
+            if failed is not None:
+                raise failed.exception()  # type: ignore[misc]
+    except BaseException:
+        # One bad row dooms the output: stop the other workers now rather than letting
+        # them finish parts nobody will use (shutdown alone would wait for them).
+        processes = list(getattr(pool, "_processes", {}).values())
+        pool.shutdown(wait=False, cancel_futures=True)
+        for process in processes:
+            process.terminate()
+        raise
+    pool.shutdown(wait=True)
+    _drain(progress_queue, bar)
     merge_parts(out, folders)
     return sum(f.result() for f in futures)
 

@@ -17,6 +17,7 @@ import csv
 import itertools
 import json
 import os
+import zipfile
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -181,8 +182,7 @@ def _numpy_parts(files: list[str], parts: int) -> list[Part]:
     if npz:
         out = []
         for f in npz:
-            with np.load(f, allow_pickle=False) as z:
-                lengths = {k: len(z[k]) if z[k].ndim else -1 for k in z.files}
+            lengths = _npz_lengths(f)
             rows = _equal_length(lengths, f)
             out += _row_ranges("npz", (f,), rows, max(1, parts // len(npz)), tuple(lengths))
         return out
@@ -190,6 +190,28 @@ def _numpy_parts(files: list[str], parts: int) -> list[Part]:
     lengths = {k: s[0] if s else -1 for k, s in shapes.items()}
     rows = _equal_length(lengths, os.path.dirname(npy[0]) or ".")
     return _row_ranges("npy", tuple(npy), rows, parts, tuple(lengths))
+
+
+def _npz_lengths(path: str) -> dict[str, int]:
+    """The first dimension of each array in an .npz archive (-1 for 0-d), from the headers only."""
+    readers = {(1, 0): np.lib.format.read_array_header_1_0, (2, 0): np.lib.format.read_array_header_2_0}
+    lengths: dict[str, int] = {}
+    try:
+        with zipfile.ZipFile(path) as archive:
+            for member in archive.namelist():
+                if not member.endswith(".npy"):
+                    continue
+                with archive.open(member) as fh:
+                    read_header = readers.get(np.lib.format.read_magic(fh))
+                    if read_header is None:  # a newer header version: read the array itself
+                        with np.load(path, allow_pickle=False) as z:
+                            shape = z[member[:-4]].shape
+                    else:
+                        shape = read_header(fh)[0]
+                lengths[member[:-4]] = shape[0] if shape else -1
+    except (OSError, ValueError, zipfile.BadZipFile) as exc:
+        raise CommandError(f"{path}: not a readable .npz archive ({exc})") from exc
+    return lengths
 
 
 def _equal_length(lengths: dict[str, int], where: str) -> int:
