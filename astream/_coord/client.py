@@ -187,12 +187,16 @@ class AsyncNodeClient:
         if self._closed:
             return
         self._closed = True
-        if self._rejoin is not None:
-            self._rejoin.cancel()
-        link, self._link = self._link, None
-        if link is not None and not link.lost:
-            link.notify({"op": "bye"})
-            link.close()
+        rejoin, self._rejoin = self._rejoin, None
+        try:
+            if rejoin is not None and not rejoin.done():
+                rejoin.cancel()
+                await asyncio.wait([rejoin])  # an outer cancellation still propagates
+        finally:
+            link, self._link = self._link, None
+            if link is not None and not link.lost:
+                link.notify({"op": "bye"})
+                link.close()
 
     def __del__(self, _warn: Any = warnings.warn) -> None:
         if self._opened and not self._closed:
@@ -349,7 +353,7 @@ class AsyncNodeClient:
     async def _rejoin_quietly(self) -> None:
         try:
             await self._connected()
-        except CoordinationError as exc:  # the next call raises it again, to its caller
+        except (errors.AstreamError, OSError) as exc:  # the next call raises it again, to its caller
             log.warning("astream: %s could not rejoin the node: %s", self.member, exc)
 
     async def _arrive(self, op: str, name: str, parties: int | Sequence[str] | None,
