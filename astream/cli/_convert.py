@@ -24,10 +24,14 @@ from itertools import islice
 from typing import Any
 
 from astream._format.writer import MDSWriter
+from astream._storage.local import local_path_of
+from astream._storage.loop import run as run_loop
 from astream.cli._infer import coerce, infer_columns, parse_column_overrides
 from astream.cli._inputs import FORMATS, Part, detect_format, plan_parts, read_part, typed_columns
 from astream.cli._merge import PARTS_DIR, merge_parts
 from astream.cli._output import CommandError, format_size, progress
+from astream.cli._source import is_local
+from astream.cli._upload import remote_has_index, upload_dataset
 from astream.errors import AstreamError, CompressionError, ConfigError, EncodingError, SampleError
 
 __all__ = ["Settings", "add_parser", "run"]
@@ -46,7 +50,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                     "archives) into an MDS dataset, in parallel processes.",
     )
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or folders (converted in order)")
-    p.add_argument("-o", "--out", required=True, help="the output directory")
+    p.add_argument("-o", "--out", required=True,
+                   help="the output directory, or a remote URL (s3://, or http:// accepting PUT) to upload to")
     p.add_argument("--format", choices=FORMATS, help="the input format (default: from the file extensions)")
     p.add_argument("--columns", action="append", metavar="NAME:ENC,...",
                    help="encodings that override the inferred ones, e.g. 'label:int8,emb:ndarray:float32:4,8'")
@@ -207,8 +212,25 @@ def run(args: argparse.Namespace) -> int:
         size_limit=args.size_limit,
     )
     _check_settings(settings)
-    _prepare_out(args.out, args.overwrite)
     quiet = bool(getattr(args, "quiet", False))
+    if is_local(args.out):
+        _prepare_out(local_path_of(args.out), args.overwrite)
+        return _convert(parts, local_path_of(args.out), settings, workers, fmt, quiet)
+    # A remote output: convert into a local staging folder, then upload it.
+    if run_loop(remote_has_index(args.out)) and not args.overwrite:
+        raise CommandError(f"--out {args.out}: already holds a dataset; pass --overwrite to replace it", 2)
+    with tempfile.TemporaryDirectory(prefix="astream-convert-") as staging:
+        _convert(parts, staging, settings, workers, fmt, quiet)
+        files = len(os.listdir(staging))
+        with progress(quiet, total=files, unit="files", desc="upload") as bar:
+            run_loop(upload_dataset(staging, args.out, 8, bar))
+    if not quiet:
+        print(f"uploaded {files} files to {args.out}")
+    return 0
+
+
+def _convert(parts: list[Part], out: str, settings: Settings, workers: int, fmt: str, quiet: bool) -> int:
+    """Convert ``parts`` into the empty local folder ``out``; exit code 0."""
     if not quiet:
         print(f"converting {len(parts)} part(s) of {fmt} with {min(workers, len(parts))} worker(s); columns: "
               + ", ".join(f"{n}:{e}" for n, e in settings.columns.items()), flush=True)
@@ -218,18 +240,18 @@ def run(args: argparse.Namespace) -> int:
         with progress(quiet, total=sum(p.work for p in parts), unit=unit, unit_scale=True,
                       desc="convert", **({"unit_divisor": 1024} if unit == "B" else {})) as bar:
             if workers == 1 or len(parts) == 1:
-                with settings.writer(args.out) as writer:
+                with settings.writer(out) as writer:
                     for part in parts:
                         _write_rows(writer, part, settings, bar.update)
                 samples = writer.num_samples
             else:
-                samples = _convert_parallel(parts, args.out, settings, min(workers, len(parts)), bar)
+                samples = _convert_parallel(parts, out, settings, min(workers, len(parts)), bar)
     except BaseException:
-        shutil.rmtree(os.path.join(args.out, PARTS_DIR), ignore_errors=True)
+        shutil.rmtree(os.path.join(out, PARTS_DIR), ignore_errors=True)
         raise
     if not quiet:
-        stored = sum(os.path.getsize(os.path.join(args.out, f)) for f in os.listdir(args.out))
-        print(f"wrote {samples:,} samples to {args.out} ({format_size(stored)}) in "
+        stored = sum(os.path.getsize(os.path.join(out, f)) for f in os.listdir(out))
+        print(f"wrote {samples:,} samples to {out} ({format_size(stored)}) in "
               f"{time.perf_counter() - start:.1f} s")
     return 0
 

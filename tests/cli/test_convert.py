@@ -15,6 +15,7 @@ from clikit import Run, assert_one_line_error
 
 from astream import LocalDataset
 from astream._format.index import Index
+from astream.testing import LoopbackServer
 
 
 def _jsonl(path: Path, n: int) -> list[dict[str, object]]:
@@ -54,6 +55,22 @@ def test_jsonl_in_parallel_parts_keeps_every_row_in_order(cli: Run, tmp_path: Pa
     assert sorted(os.listdir(out)) == sorted([s.stored.basename for s in index.shards] + ["index.json"])
     assert len(index.shards) > 5
     assert cli("verify", str(out)).returncode == 0
+
+
+def test_convert_to_a_remote_uploads_shards_then_the_index(main: Run, tmp_path: Path) -> None:
+    rows = _jsonl(tmp_path / "in.jsonl", 400)
+    remote = tmp_path / "remote"
+    remote.mkdir()
+    with LoopbackServer(str(remote), allow_put=True) as server:
+        args = ("convert", str(tmp_path / "in.jsonl"), "-o", f"{server.url}/ds", "--size-limit", "8kb",
+                "--compression", "gz", "--hashes", "md5")
+        result = main(*args)
+        assert result.returncode == 0, result.stderr
+        puts = [r.path for r in server.log if r.method == "PUT"]
+        assert puts[-1] == "ds/index.json"
+        assert len(puts) == len(os.listdir(remote / "ds")) > 3
+        assert [r["id"] for r in _read(remote / "ds")[1]] == [r["id"] for r in rows]
+        assert_one_line_error(main(*args), 2, "already holds a dataset", "--overwrite")
 
 
 def test_csv_and_tsv_infer_numbers(main: Run, tmp_path: Path) -> None:
