@@ -232,6 +232,33 @@ def _cfg(config: CoordConfig) -> dict[str, Any]:
     return {k: getattr(config, k) for k in config.__dataclass_fields__}
 
 
+def summarize(runs: dict[str, list[dict[str, float]]], ensure_us: list[float], *, full: bool) -> dict[str, Any]:
+    """Medians, and medians of per-run ratios (scenarios of one run are back to back, so a
+    ratio within a run cancels most of the drift of a shared machine)."""
+    med = {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()}
+    cpu = {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()}
+    out: dict[str, Any] = {"median_mb_s": med, "median_mb_per_cpu_s": cpu}
+    if not full:
+        out["summary"] = {"mb_s": med, "mb_per_cpu_s": cpu}
+        return out
+
+    def paired(a: str, b: str, metric: str) -> float:
+        return round(statistics.median(x[metric] / y[metric] for x, y in zip(runs[a], runs[b], strict=True)), 3)
+
+    out["summary"] = {
+        "ensure_median_us": statistics.median(ensure_us),
+        "agent_vs_direct": paired("agent", "direct", "mb_s"),
+        "agent_window_vs_direct": paired("agent_window", "direct", "mb_s"),
+        "agent_vs_direct_per_cpu": paired("agent", "direct", "mb_per_cpu_s"),
+        "agent_window_vs_direct_per_cpu": paired("agent_window", "direct", "mb_per_cpu_s"),
+        "busy_leader_slowdown": round(1 - paired("small_spin_leader", "small_spin_follower", "mb_s"), 3),
+        "busy_leader_slowdown_per_cpu": round(1 - paired("small_spin_leader", "small_spin_follower", "mb_per_cpu_s"), 3),
+        "busy_thread_agent_slowdown": round(1 - paired("small_spin_leader_thread_agent", "small_spin_follower", "mb_s"), 3),
+        "any_spinner_slowdown": round(1 - paired("small_spin_follower", "small_no_spin", "mb_s"), 3),
+    }
+    return out
+
+
 async def main(args: argparse.Namespace) -> dict[str, Any]:
     results: dict[str, Any] = {"args": {k: str(v) for k, v in vars(args).items()}, "cpus": os.cpu_count()}
     with tempfile.TemporaryDirectory(prefix="coordbench") as tmp:
@@ -268,35 +295,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 runs[name].append(await readers_run(args, root, keys, passes=passes, **kw))
             print(f"run {i + 1}:", {k: v[-1] for k, v in runs.items()}, flush=True)
     results["runs"] = runs
-    med = {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()}
-    cpu = {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()}
-    results["median_mb_s"] = med
-    results["median_mb_per_cpu_s"] = cpu
-    p50 = {k: statistics.median(r["ensure_p50_us"] for r in v) for k, v in runs.items() if "ensure_p50_us" in v[0]}
-    results["median_ensure_p50_us"] = p50
-    if args.only:
-        results["summary"] = {"mb_s": med, "mb_per_cpu_s": cpu}
-        return results
-
-    def ratio(a: str, b: str, table: dict[str, float]) -> float:
-        return round(table[a] / table[b], 3)
-
-    results["summary"] = {
-        "ensure_median_us": statistics.median(results["ensure_us"]),
-        "agent_vs_direct": ratio("agent", "direct", med),
-        "agent_window_vs_direct": ratio("agent_window", "direct", med),
-        "agent_vs_direct_per_cpu": ratio("agent", "direct", cpu),
-        "agent_window_vs_direct_per_cpu": ratio("agent_window", "direct", cpu),
-        "busy_leader_slowdown": round(1 - ratio("small_spin_leader", "small_spin_follower", med), 3),
-        "busy_thread_agent_slowdown": round(1 - ratio("small_spin_leader_thread_agent", "small_spin_follower", med), 3),
-        "any_spinner_slowdown": round(1 - ratio("small_spin_follower", "small_no_spin", med), 3),
-        "busy_leader_slowdown_per_cpu": round(1 - ratio("small_spin_leader", "small_spin_follower", cpu), 3),
-        "ensure_p50_us_under_load": p50,
-    }
+    results.update(summarize(runs, results["ensure_us"], full=not args.only))
     return results
 
 
 if __name__ == "__main__":
+    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":  # re-read a --json file
+        saved = json.loads(Path(sys.argv[2]).read_text())
+        print(json.dumps(summarize(saved["runs"], saved["ensure_us"], full=True)["summary"], indent=2))
+        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role_main(sys.argv[2], json.loads(sys.argv[3]))
         sys.exit(0)
