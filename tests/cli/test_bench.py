@@ -50,3 +50,5 @@ def test_bench_errors(cli: Run, main: Run, dataset: Path) -> None:
     with LoopbackServer(str(dataset)) as server:
         assert_one_line_error(main("bench", f"{server.url}/absent", "--local", str(dataset.parent / "c")), 1,
                               "absent/index.json")
+        (dataset / "index.json").write_text('{"version": 2, "shards": 7}')
+        assert_one_line_error(main("bench", server.url), 1, "index.json", "shards")
