@@ -52,6 +52,12 @@ def peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
 
 
+def cpu_now() -> float:
+    """CPU seconds (user + system, all threads) this process used so far."""
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 # -- dataset -----------------------------------------------------------------------------------
 def build_dataset(ds: Path, size_mb: int) -> None:
     import numpy as np
@@ -83,7 +89,7 @@ def worker_raw(url: str, local: str) -> dict[str, Any]:
     from astream._storage.loop import run
 
     async def main() -> dict[str, Any]:
-        start = time.perf_counter()
+        cpu0, start = cpu_now(), time.perf_counter()
         first = None
         total = 0
         limit = asyncio.Semaphore(8)
@@ -100,7 +106,7 @@ def worker_raw(url: str, local: str) -> dict[str, Any]:
                     first = time.perf_counter() - start
 
             await asyncio.gather(*(one(s.stored.basename) for s in index.shards))
-        return {"total_s": time.perf_counter() - start, "first_s": first, "bytes": total}
+        return {"total_s": time.perf_counter() - start, "first_s": first, "bytes": total, "cpu_s": cpu_now() - cpu0}
 
     return run(main())
 
@@ -110,7 +116,7 @@ def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
     from astream._storage.loop import run
 
     async def main() -> dict[str, Any]:
-        start = time.perf_counter()
+        cpu0, start = cpu_now(), time.perf_counter()
         first = None
         index = await load_index(local, url)
         async with ShardEngine(index, local, url, max_concurrency=8, fsync=fsync) as engine:
@@ -121,7 +127,7 @@ def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
                     lease.release()
             stats = engine.stats.snapshot()
         return {"total_s": time.perf_counter() - start, "first_s": first, "bytes": stats["bytes_downloaded"],
-                "stats": stats}
+                "cpu_s": cpu_now() - cpu0, "stats": stats}
 
     return run(main())
 
@@ -136,7 +142,7 @@ def worker_mosaic(remote: str, local: str) -> dict[str, Any]:
     from streaming import StreamingDataset  # type: ignore[import-not-found]
 
     imported = time.perf_counter() - start
-    start = time.perf_counter()
+    cpu0, start = cpu_now(), time.perf_counter()
     ds = StreamingDataset(remote=remote, local=local, batch_size=32, shuffle=False)
     first = None
     n = 0
@@ -144,7 +150,8 @@ def worker_mosaic(remote: str, local: str) -> dict[str, Any]:
         if first is None:
             first = time.perf_counter() - start
         n += int(sample["x"].shape[0] > 0)
-    return {"total_s": time.perf_counter() - start, "first_s": first, "samples": n, "import_s": imported}
+    return {"total_s": time.perf_counter() - start, "first_s": first, "samples": n, "import_s": imported,
+            "cpu_s": cpu_now() - cpu0}
 
 
 def worker_astream_nofsync(url: str, local: str) -> dict[str, Any]:
@@ -222,18 +229,20 @@ def main() -> None:
             for mode in modes:
                 res = run_mode(mode, port, data)
                 results[mode].append(res)
-                print(f"run {r + 1} {mode:13s} total {res['total_s']:6.2f} s  first {res['first_s']:.3f} s  "
-                      f"rss {res['rss_mb']:.0f} MB", flush=True)
+                print(f"run {r + 1} {mode:15s} total {res['total_s']:6.2f} s  first {res['first_s']:.3f} s  "
+                      f"cpu {res['cpu_s']:5.2f} s  rss {res['rss_mb']:.0f} MB", flush=True)
     finally:
         server.stdin.close()  # type: ignore[union-attr]
         server.wait(10)
 
-    med = {m: {k: statistics.median(x[k] for x in rs) for k in ("total_s", "first_s", "rss_mb")}
+    med = {m: {k: statistics.median(x[k] for x in rs) for k in ("total_s", "first_s", "rss_mb", "cpu_s")}
            for m, rs in results.items() if rs}
     print(f"\nmedians of {args.runs} runs, {stored / 1e6:.0f} MB compressed in {shards} shards:")
-    print("| mode | total s | MB/s (stored) | first shard/sample s | peak RSS MB |\n|---|---:|---:|---:|---:|")
+    print("| mode | total s | MB/s (stored) | first shard/sample s | CPU s (client) | peak RSS MB |")
+    print("|---|---:|---:|---:|---:|---:|")
     for m, v in med.items():
-        print(f"| {m} | {v['total_s']:.2f} | {stored / 1e6 / v['total_s']:.0f} | {v['first_s']:.3f} | {v['rss_mb']:.0f} |")
+        print(f"| {m} | {v['total_s']:.2f} | {stored / 1e6 / v['total_s']:.0f} | {v['first_s']:.3f} "
+              f"| {v['cpu_s']:.2f} | {v['rss_mb']:.0f} |")
     for mine in ("astream", "astream-nofsync"):
         if mine not in med:
             continue

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+import warnings
 from collections.abc import Callable, Sequence
 from types import TracebackType
 
@@ -163,6 +164,14 @@ class Prefetcher:
         self._next = pos + 1
         self._moved.set()
         return ShardLease(self.engine, shard, pos, path)
+
+    def __del__(self) -> None:
+        if getattr(self, "_driver", None) is not None and not getattr(self, "_closed", True):
+            warnings.warn(
+                "Prefetcher was not closed; use `async with Prefetcher(...)` (its shards stay pinned)",
+                ResourceWarning,
+                stacklevel=2,
+            )
 
     async def aclose(self) -> None:
         """Cancel the driver and every transfer nobody received; idempotent and cancellation-safe."""

@@ -80,7 +80,8 @@ class HttpStorage(Storage):
                 total=None, connect=opts.timeouts.connect, sock_connect=opts.timeouts.connect
             )
             self._session = aiohttp.ClientSession(
-                connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False
+                connector=connector, timeout=timeout, auto_decompress=False, raise_for_status=False,
+                read_bufsize=max(1 << 16, opts.chunk_size),
             )
             self._needs_close = True
         return self._session
