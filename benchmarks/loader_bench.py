@@ -135,11 +135,11 @@ def worker_mosaic(how: str, remote: str | None, local: str, workers: int) -> dic
 
     warnings.simplefilter("ignore")
     stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []  # type: ignore[attr-defined]
+    stub.__path__ = []
     sys.modules.setdefault("streaming.vision", stub)
     t0 = time.perf_counter()
-    from streaming import StreamingDataset  # type: ignore[import-not-found]
-    from torch.utils.data import DataLoader  # type: ignore[import-not-found]
+    from streaming import StreamingDataset
+    from torch.utils.data import DataLoader
 
     import_s = time.perf_counter() - t0
     start = time.perf_counter()

@@ -20,10 +20,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import mmap
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 
 import numpy as np
@@ -34,9 +35,15 @@ from astream._dataset.layout import SampleMap
 from astream._dataset.provider import shard_key
 from astream._format.shard import ShardReader
 
-__all__ = ["EpochReader", "OpenShards", "leases_of"]
+__all__ = ["EpochReader", "OpenShards", "batch_start", "leases_of"]
 
 Int64Array = npt.NDArray[np.int64]
+
+# Set by a loader worker process: awaited when :meth:`EpochReader.batches` starts, it says how
+# many batches to skip (the consumer already has them) or -1 for none at all.
+batch_start: contextvars.ContextVar[Callable[[], Awaitable[int]] | None] = contextvars.ContextVar(
+    "astream_batch_start", default=None
+)
 
 # Bytes read from mapped shards after which their touched pages are handed back.
 RESIDENT_BUDGET = 32 << 20
@@ -212,6 +219,12 @@ class EpochReader:
             while starts[lease] > self._consumed + self._predownload:
                 self._progress.clear()
                 await self._progress.wait()
+            if self._lease_end[lease] < self._consumed:
+                # Passed before it was asked for (a worker that starts mid-way): no request.
+                self._issued += 1
+                if not self._ready[lease].done():
+                    self._ready[lease].set_result("")
+                continue
             await self._slots.acquire()
             self._issued += 1
             task = loop.create_task(self._request(lease))
@@ -241,7 +254,8 @@ class EpochReader:
         while self._needed < len(starts) and starts[self._needed] < stop:
             lease = self._needed
             path = await self._ready[lease]
-            self._paths[int(self._lease_shard[lease])] = path
+            if path:
+                self._paths[int(self._lease_shard[lease])] = path
             self._needed += 1
 
     def _touch(self, a: int, b: int) -> None:
@@ -298,7 +312,15 @@ class EpochReader:
         n = len(self.ids)
         self._predownload = max(self._predownload, batch_size)  # a batch must fit the look-ahead
         stop_at = n - n % batch_size if drop_last else n
-        for a in range(0, stop_at, batch_size):
+        first = 0
+        hook = batch_start.get()
+        if hook is not None:
+            first = await hook()
+            if first < 0:
+                return
+            if first:
+                await self._advance(min(first * batch_size, n))
+        for a in range(first * batch_size, stop_at, batch_size):
             b = min(a + batch_size, n)
             await self._ready_until(b)
             if collate is None:

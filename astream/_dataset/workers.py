@@ -7,16 +7,27 @@ exactly the order a torch DataLoader gives over MosaicML Streaming.
 
 Processes start with ``forkserver`` (``spawn`` where it is missing): never a plain
 fork, because the parent may already run an event loop and threads (uvloop and
-aiohttp are not fork-safe). A worker that raises sends its traceback; one that dies
-(SIGKILL, segfault) is noticed by its pipe closing. Either way the consumer gets a
-:class:`WorkerError`, never a hang.
+aiohttp are not fork-safe). The forkserver preloads the job's module, so a worker is a
+fork of an interpreter that has imported astream already, not a fresh import each.
+A worker that raises sends its traceback; one that dies (SIGKILL, segfault) is noticed
+by its pipe closing. Either way the consumer gets a :class:`WorkerError`, never a hang.
+
+Stand-ins (for jobs that set ``stand_in = True``): a process takes a while to start,
+so the consumer runs each worker's job itself, on its own loop, until that worker says
+it is ready; the worker is then told how many batches it already has and starts after
+them (the epoch reader skips them without reading, see ``reader.batch_start``). The
+batches and their order are the same; the first ones just arrive without waiting for
+interpreters to start, and an epoch shorter than a worker's start-up never waits at all.
 """
 
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextlib
 import multiprocessing as mp
+import pickle
+import struct
 import threading
 import traceback
 from collections.abc import AsyncIterator, Callable
@@ -24,6 +35,7 @@ from contextlib import AbstractAsyncContextManager
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from astream._dataset.reader import batch_start
 from astream._dataset.transport import recv_object, send_object
 from astream.errors import ConfigError, WorkerError
 
@@ -38,22 +50,66 @@ class WorkerJob(Protocol):
     def open(self, worker_id: int) -> AbstractAsyncContextManager[AsyncIterator[Any]]: ...
 
 
-def _context() -> mp.context.BaseContext:
+_START = struct.Struct("<q")
+
+
+def _context(preload: str | None = None) -> mp.context.BaseContext:
     methods = mp.get_all_start_methods()
-    return mp.get_context("forkserver" if "forkserver" in methods else "spawn")
+    if "forkserver" not in methods:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    if preload:
+        # Takes effect when the forkserver starts (the first time any forkserver process
+        # starts here); the modules already asked for, ``__main__`` by default, stay.
+        from multiprocessing import forkserver
+
+        current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
+        if preload not in current:
+            with contextlib.suppress(Exception):
+                ctx.set_forkserver_preload([*current, preload])
+    return ctx
 
 
-async def _produce(job: WorkerJob, worker_id: int, emit: Callable[[tuple[str, Any]], Any]) -> None:
+async def _produce(
+    job: WorkerJob, worker_id: int, emit: Callable[[tuple[str, Any]], Any],
+    start: Callable[[], Any] | None = None,
+) -> None:
+    """Run the job and emit its batches, then "end" (or "error").
+
+    With ``start`` (a process worker with a stand-in), the worker first asks where to
+    begin: the reader calls ``start`` when its batches begin; a job whose iterator does
+    not is asked after its first batch and skips the batches the stand-in delivered.
+    """
+    asked: list[int] = []
+
+    async def ask() -> int:
+        if not asked:
+            asked.append(await start())  # type: ignore[misc]
+        return asked[0]
+
+    token = batch_start.set(ask if start is not None else None)
     try:
         async with job.open(worker_id) as batches:
+            skip = 0
             async for batch in batches:
+                if start is not None and not asked:
+                    skip = await ask()  # the iterator did not ask: skip by hand
+                    if skip < 0:
+                        break
+                if skip > 0:
+                    skip -= 1
+                    continue
                 await emit(("batch", batch))
+            if start is not None and not asked:
+                await ask()
     except BaseException as exc:
         await emit(("error", _describe(exc, worker_id)))
         if not isinstance(exc, Exception):
             raise
     else:
         await emit(("end", None))
+    finally:
+        batch_start.reset(token)
 
 
 def _describe(exc: BaseException, worker_id: int) -> str:
@@ -61,7 +117,11 @@ def _describe(exc: BaseException, worker_id: int) -> str:
     return f"loader worker {worker_id} raised {type(exc).__name__}: {exc}\n\nworker traceback:\n{text}"
 
 
-def _process_main(job: WorkerJob, worker_id: int, conn: Connection, loop_factory: Callable[[], Any]) -> None:
+def _process_main(
+    payload: bytes, worker_id: int, conn: Connection, loop_factory: Callable[[], Any],
+    control: Connection | None = None,
+) -> None:
+    job: WorkerJob = pickle.loads(payload)
     loop = loop_factory()
 
     async def emit(msg: tuple[str, Any]) -> None:
@@ -69,13 +129,23 @@ def _process_main(job: WorkerJob, worker_id: int, conn: Connection, loop_factory
         # not on the loop, which keeps prefetching shards meanwhile.
         await loop.run_in_executor(None, send_object, conn, msg)
 
+    async def start() -> int:
+        # Ready: the job is open (imports, node, plan done). The consumer answers with the
+        # number of batches its stand-in delivered, or -1 when it delivered them all.
+        assert control is not None
+        await emit(("ready", None))
+        answer = await loop.run_in_executor(None, control.recv_bytes)
+        return int(_START.unpack(answer)[0])
+
     try:
-        loop.run_until_complete(_produce(job, worker_id, emit))
-    except (BrokenPipeError, KeyboardInterrupt):
+        loop.run_until_complete(_produce(job, worker_id, emit, start if control is not None else None))
+    except (BrokenPipeError, EOFError, KeyboardInterrupt):
         pass  # the consumer went away; nothing left to report to
     finally:
         loop.close()
         conn.close()
+        if control is not None:
+            control.close()
 
 
 class WorkerPool:
@@ -112,6 +182,12 @@ class WorkerPool:
         self._threads: list[threading.Thread] = []
         self._slots: list[threading.Semaphore] = []
         self._thread_tasks: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = []
+        self._stand_in = mode == "process" and bool(getattr(job, "stand_in", False))
+        self._controls: list[Connection] = []
+        self._stand_ins: list[asyncio.Task[None]] = []
+        self._produced: list[int] = []
+        self._stand_in_done: list[bool] = []
+        self._freed: list[asyncio.Event] = []
         self._stopping = threading.Event()
         self._started = False
         self._closed = False
@@ -131,21 +207,36 @@ class WorkerPool:
         self._queues = [asyncio.Queue() for _ in range(self._num_workers)]
         self._slots = [threading.Semaphore(self._prefetch) for _ in range(self._num_workers)]
         if self._mode == "process":
-            ctx = _context()
+            ctx = _context(type(self._job).__module__)
+            payload = pickle.dumps(self._job)  # once, here: every worker and stand-in gets a copy
+            if self._stand_in:
+                self._produced = [0] * self._num_workers
+                self._stand_in_done = [False] * self._num_workers
+                self._freed = [asyncio.Event() for _ in range(self._num_workers)]
+                self._stand_ins = [
+                    loop.create_task(self._run_stand_in(wid, pickle.loads(payload)))
+                    for wid in range(self._num_workers)
+                ]
             for wid in range(self._num_workers):
                 parent, child = ctx.Pipe(duplex=False)
+                control_in: Connection | None = None
+                if self._stand_in:
+                    control_in, control_out = ctx.Pipe(duplex=False)
+                    self._controls.append(control_out)
                 proc = ctx.Process(  # type: ignore[attr-defined]
                     target=_process_main,
-                    args=(self._job, wid, child, self._loop_factory),
+                    args=(payload, wid, child, self._loop_factory, control_in),
                     name=f"astream-worker-{wid}",
                     daemon=True,
                 )
-                proc.start()
-                child.close()  # so that the worker's death closes the pipe for us
                 self._procs.append(proc)
                 self._conns.append(parent)
+                # The helper thread starts the process: the first start also starts the
+                # forkserver, which takes as long as an interpreter's start and imports,
+                # and the loop must not wait for that (stand-ins work meanwhile).
                 reader = threading.Thread(
-                    target=self._read_pipe, args=(wid, parent, proc, loop), name=f"astream-reader-{wid}", daemon=True
+                    target=self._start_and_read, args=(wid, parent, proc, loop, (child, control_in)),
+                    name=f"astream-reader-{wid}", daemon=True,
                 )
                 reader.start()
                 self._threads.append(reader)
@@ -171,21 +262,107 @@ class WorkerPool:
             return False  # the consumer's loop is closed
         return True
 
+    def _recv(self, wid: int, conn: Connection, proc: Any) -> tuple[str, Any] | None:
+        try:
+            msg: tuple[str, Any] = recv_object(conn)
+        except (EOFError, OSError):
+            if self._stopping.is_set():
+                return None
+            proc.join(timeout=5)
+            msg = (
+                "error",
+                f"loader worker {wid} (pid {proc.pid}) died without a word "
+                f"(exit code {proc.exitcode}); it was killed or crashed in native code",
+            )
+        return msg
+
+    def _start_and_read(
+        self, wid: int, conn: Connection, proc: Any, loop: asyncio.AbstractEventLoop,
+        child_ends: tuple[Connection, Connection | None],
+    ) -> None:
+        try:
+            proc.start()
+        except BaseException as exc:
+            self._hand_over(wid, ("error", f"loader worker {wid} could not start: {exc!r}"), loop)
+            if self._stand_in:
+                with contextlib.suppress(RuntimeError):
+                    loop.call_soon_threadsafe(self._cancel_stand_in, wid)
+            return
+        finally:
+            for end in child_ends:
+                if end is not None:
+                    end.close()  # so that the worker's death closes the pipe for us
+        if self._stopping.is_set():  # closed while it started: aclose may have missed it
+            proc.terminate()
+            return
+        self._read_pipe(wid, conn, proc, loop)
+
+    def _cancel_stand_in(self, wid: int) -> None:
+        if not self._stand_in_done[wid]:
+            self._stand_ins[wid].cancel()
+
     def _read_pipe(self, wid: int, conn: Connection, proc: Any, loop: asyncio.AbstractEventLoop) -> None:
-        while self._take_slot(wid):
-            try:
-                msg = recv_object(conn)
-            except (EOFError, OSError):
-                if self._stopping.is_set():
-                    return
-                proc.join(timeout=5)
-                msg = (
-                    "error",
-                    f"loader worker {wid} (pid {proc.pid}) died without a word "
-                    f"(exit code {proc.exitcode}); it was killed or crashed in native code",
-                )
-            if not self._hand_over(wid, msg, loop) or msg[0] != "batch":
+        if self._stand_in:
+            msg = self._recv(wid, conn, proc)
+            if msg is None:
                 return
+            decision: concurrent.futures.Future[int] = concurrent.futures.Future()
+            try:
+                loop.call_soon_threadsafe(self._take_over, wid, msg, decision)
+            except RuntimeError:
+                return  # the consumer's loop is closed
+            while not self._stopping.is_set():
+                try:
+                    if decision.result(timeout=0.2) < 0:
+                        return  # the stand-in did it all (or failed): nothing more to read
+                    break
+                except concurrent.futures.TimeoutError:
+                    continue
+            else:
+                return
+        while self._take_slot(wid):
+            msg = self._recv(wid, conn, proc)
+            if msg is None or not self._hand_over(wid, msg, loop) or msg[0] != "batch":
+                return
+
+    # -- stand-ins (on the consumer's loop) ------------------------------------------------
+
+    async def _run_stand_in(self, wid: int, job: WorkerJob) -> None:
+        """Produce worker ``wid``'s batches here until its process takes over."""
+        queue = self._queues[wid]
+        try:
+            async with job.open(wid) as batches:
+                async for batch in batches:
+                    while not self._slots[wid].acquire(blocking=False):
+                        self._freed[wid].clear()
+                        await self._freed[wid].wait()
+                    self._produced[wid] += 1
+                    queue.put_nowait(("batch", batch))
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self._stand_in_done[wid] = True
+            queue.put_nowait(("error", _describe(exc, wid)))
+        else:
+            self._stand_in_done[wid] = True
+            queue.put_nowait(("end", None))
+
+    def _take_over(self, wid: int, msg: tuple[str, Any], decision: concurrent.futures.Future[int]) -> None:
+        """Worker ``wid`` sent its first message: stop the stand-in, say where to start."""
+        task = self._stand_ins[wid]
+        done = self._stand_in_done[wid]
+        if not done:
+            task.cancel()
+        if msg[0] != "ready":  # it failed (or died) before it was ready: that is its answer
+            decision.set_result(-1)
+            if not done:
+                self._slots[wid].acquire(blocking=False)
+                self._queues[wid].put_nowait(msg)
+            return
+        start = -1 if done else self._produced[wid]
+        with contextlib.suppress(OSError):
+            self._controls[wid].send_bytes(_START.pack(start))
+        decision.set_result(start)
 
     def _run_thread_worker(self, wid: int, consumer_loop: asyncio.AbstractEventLoop) -> None:
         async def emit(msg: tuple[str, Any]) -> None:
@@ -212,6 +389,8 @@ class WorkerPool:
                 kind, value = await self._queues[wid].get()
                 if kind == "batch":
                     self._slots[wid].release()
+                    if self._freed:
+                        self._freed[wid].set()
                     still.append(wid)
                     yield value
                 elif kind == "error":
@@ -224,6 +403,10 @@ class WorkerPool:
             return
         self._closed = True
         self._stopping.set()
+        for task in self._stand_ins:
+            task.cancel()
+        if self._stand_ins:
+            await asyncio.gather(*self._stand_ins, return_exceptions=True)
         for loop, task in self._thread_tasks:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
@@ -231,14 +414,18 @@ class WorkerPool:
             if proc.is_alive():
                 proc.terminate()  # its end of the pipe closes, which wakes our reader thread
         await asyncio.to_thread(self._join_all)
-        for conn in self._conns:
+        for conn in [*self._conns, *self._controls]:
             conn.close()  # only now: closing under a reading thread is not safe
 
     def _join_all(self) -> None:
+        for thread in self._threads:
+            thread.join(timeout=5)
         for proc in self._procs:
+            if proc._popen is None:  # never started
+                continue
+            if proc.is_alive():
+                proc.terminate()
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.kill()
                 proc.join(timeout=5)
-        for thread in self._threads:
-            thread.join(timeout=5)
