@@ -133,11 +133,12 @@ def _start_process(listener: socket.socket, factory: ProviderFactory, config: Co
         with contextlib.suppress(OSError):
             proc.stdin.close()
     answer = line[0].decode(errors="replace").strip() if line else ""
-    if answer != "ready":
-        if not line:
-            proc.kill()
-        raise CoordinationError(f"the node agent (pid {proc.pid}) did not start: {answer or 'no answer in time'}")
+    if not line:
+        proc.kill()
+        reader.join(5.0)  # EOF now; the pipe can be closed under no reader
     proc.stdout.close()
+    if answer != "ready":
+        raise CoordinationError(f"the node agent (pid {proc.pid}) did not start: {answer or 'no answer in time'}")
     return proc.pid
 
 
