@@ -96,7 +96,10 @@ def _files(paths: list[str]) -> list[str]:
 
 
 def _of_format(paths: list[str], fmt: str) -> list[str]:
-    files = [f for f in _files(paths) if _EXTENSIONS.get(os.path.splitext(f)[1].lower()) == fmt]
+    # Files named on the command line are taken whatever their extension (`--format jsonl
+    # data.txt`); a folder contributes the files of the format only.
+    files = [f for p in paths for f in _files([p])
+             if not os.path.isdir(p) or _EXTENSIONS.get(os.path.splitext(f)[1].lower()) == fmt]
     if not files:
         raise CommandError(f"no {fmt} files in {', '.join(paths)}")
     return files

@@ -149,9 +149,10 @@ def test_bad_arguments_exit_2(cli: Run, main: Run, tmp_path: Path) -> None:
     assert_one_line_error(main("convert", src, "-o", out, "--hashes", "crc7"), 2, "crc7")
     assert_one_line_error(main("convert", src, "-o", out, "--size-limit", "big"), 2, "size_limit")
     assert_one_line_error(main("convert", src, "-o", out, "--workers", "0"), 2, "--workers")
-    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "notes.txt").write_text('{"a": 1}\n')
     assert_one_line_error(main("convert", str(tmp_path / "notes.txt"), "-o", out), 2, "--format")
     assert not os.path.exists(out)
+    assert main("convert", str(tmp_path / "notes.txt"), "-o", str(tmp_path / "o2"), "--format", "jsonl").returncode == 0
     assert main("convert", src, "-o", out).returncode == 0
     assert_one_line_error(main("convert", src, "-o", out), 2, "--overwrite")
     assert main("convert", src, "-o", out, "--overwrite").returncode == 0
