@@ -75,6 +75,7 @@ class Settings:
     size_limit: str
 
     def writer(self, out: str) -> MDSWriter:
+        """A writer of these settings into the (emptied) folder ``out``."""
         return MDSWriter(out, dict(self.columns), compression=self.compression, hashes=list(self.hashes),
                          size_limit=self.size_limit, exist_ok=True)
 
