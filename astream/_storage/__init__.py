@@ -1,6 +1,8 @@
 """Layer 3: async access to remotes by URL scheme (local/file, http(s), s3). See DESIGN.md."""
 
 from astream._storage.base import NO_EVENTS, Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.executor import PriorityExecutor
+from astream._storage.loop import LoopThread, new_event_loop, run, uvloop_available
 from astream._storage.registry import StoragePool, join_url, register, scheme_of, storage_class
 from astream._storage.retry import RetryPolicy, Timeouts, parse_retry_after
 from astream._storage.sink import BufferedSink, FileSink, Sink
@@ -9,6 +11,8 @@ __all__ = [
     "NO_EVENTS",
     "BufferedSink",
     "FileSink",
+    "LoopThread",
+    "PriorityExecutor",
     "RetryPolicy",
     "Sink",
     "Storage",
@@ -18,9 +22,12 @@ __all__ = [
     "TransferEvents",
     "Transient",
     "join_url",
+    "new_event_loop",
     "parse_retry_after",
     "register",
+    "run",
     "scheme_of",
     "storage_class",
+    "uvloop_available",
     "with_retries",
 ]
