@@ -9,8 +9,9 @@
 - :class:`CoordConfig` — every timeout and limit of the above.
 """
 
-from astream._coord.client import AgentLost, AsyncNodeClient
+from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
+from astream._coord.link import AgentLost
 from astream._coord.provider import (
     ProviderFactory,
     ShardProvider,

@@ -3,9 +3,9 @@
 Joining is connecting: the client derives the node's agent address from the local cache
 folder and run id, connects, and if nobody listens it binds the address itself and starts
 the agent (it is then the leader). When the agent dies, every client notices its socket
-close, and the next call elects a new agent the same way, re-sends its pins and its last
-known epoch, and retries — or fails with ``CoordinationError`` once
-``CoordConfig.connect_timeout`` has passed.
+close and at once elects a new agent the same way (so the new agent learns its pins and its
+last known epoch before anyone asks it to evict), and calls in flight are retried — or
+fail with ``CoordinationError`` once ``CoordConfig.connect_timeout`` has passed.
 
 Example::
 
@@ -24,114 +24,23 @@ import logging
 import os
 import warnings
 from collections import Counter
-from collections.abc import AsyncIterator, Callable, Sequence
-from typing import Any, cast
+from collections.abc import AsyncIterator, Sequence
+from typing import Any
 
 from astream import errors
 from astream._coord.config import CoordConfig
 from astream._coord.launch import start_agent
+from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
 from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
-from astream._coord.wire import FrameDecoder, encode, validate_reply
 from astream._coord.world import World
 from astream.errors import BarrierTimeout, CoordinationError, UsageError
 
-__all__ = ["AgentLost", "AsyncNodeClient"]
+__all__ = ["AsyncNodeClient"]
 
 _MAX_REELECTIONS = 5
 log = logging.getLogger("astream.coord")
-
-
-class AgentLost(CoordinationError):
-    """The connection to the node agent closed (it died, or shut down)."""
-
-
-def _error(body: dict[str, Any]) -> errors.AstreamError:
-    cls = getattr(errors, str(body.get("type")), None)
-    if not (isinstance(cls, type) and issubclass(cls, errors.AstreamError)) or cls is errors.MissingExtraError:
-        cls = CoordinationError
-    return cls(body.get("message", "the node agent failed"))
-
-
-class _Link(asyncio.Protocol):
-    """One connection to the agent, multiplexing requests by id."""
-
-    def __init__(self, max_frame: int, on_lost: Callable[[], None] | None = None) -> None:
-        self.pending: dict[int, asyncio.Future[dict[str, Any]]] = {}
-        self.on_lost = on_lost
-        self.closing = False
-        self.transport: asyncio.Transport | None = None
-        self.lost = False
-        self._outbox: list[bytes] = []
-        self._ids = itertools.count(1)
-        self._decoder = FrameDecoder(max_frame)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            for message in self._decoder.feed(data):
-                validate_reply(message)
-                future = self.pending.pop(message["id"], None)
-                if future is None or future.done():
-                    continue
-                if message["ok"]:
-                    future.set_result(message)
-                else:
-                    future.set_exception(_error(message["error"]))
-        except CoordinationError as exc:  # a version mismatch, or garbage from the agent
-            self._fail_all(exc)
-            if self.transport is not None:
-                self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self._fail_all(AgentLost(f"the node agent closed the connection ({exc or 'EOF'})"))
-        if not self.closing and self.on_lost is not None:
-            self.on_lost()
-
-    def _fail_all(self, exc: CoordinationError) -> None:
-        self.lost = True
-        pending, self.pending = self.pending, {}
-        for future in pending.values():
-            if not future.done():
-                future.set_exception(exc)
-
-    def request(self, message: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:
-        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        if self.lost or self.transport is None:
-            future.set_exception(AgentLost("the connection to the node agent is closed"))
-            return future
-        request = next(self._ids)
-        message["id"] = request
-        self.pending[request] = future
-        self._outbox.append(encode(message))
-        self._flush()
-        return future
-
-    def notify(self, message: dict[str, Any]) -> None:
-        """Queue a one-way message; it leaves with the next request or on the next loop turn.
-
-        Unpin-then-ensure, a loader's step from one shard to the next, is one write and
-        one wake-up of the agent instead of two.
-        """
-        if self.lost or self.transport is None:
-            return
-        self._outbox.append(encode(message))
-        if len(self._outbox) == 1:
-            asyncio.get_running_loop().call_soon(self._flush)
-
-    def _flush(self) -> None:
-        if self._outbox and self.transport is not None and not self.lost:
-            self.transport.write(b"".join(self._outbox))
-        self._outbox.clear()
-
-    def close(self) -> None:
-        self.closing = True
-        if self.transport is not None:
-            self._flush()
-            self.transport.close()
 
 
 class AsyncNodeClient:
@@ -158,7 +67,7 @@ class AsyncNodeClient:
         )
         self._provider = provider
         self._policy = WatchPolicy(self.config.watch_warn_after, self.config.watch_fail_after)
-        self._link: _Link | None = None
+        self._link: Link | None = None
         self._lock: asyncio.Lock | None = None
         self._pins: Counter[str] = Counter()  # this client's pins per key
         self._paths: dict[str, str] = {}  # local paths of the keys it holds pinned
@@ -399,7 +308,7 @@ class AsyncNodeClient:
                     raise
         raise AssertionError("unreachable")
 
-    async def _connected(self) -> _Link:
+    async def _connected(self) -> Link:
         link = self._link
         if link is not None and not link.lost:
             return link
@@ -413,7 +322,7 @@ class AsyncNodeClient:
                 self._opened = True
             return self._link
 
-    async def _join(self) -> _Link:
+    async def _join(self) -> Link:
         """Connect to the agent, electing and starting one if nobody listens."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.config.connect_timeout
@@ -439,11 +348,11 @@ class AsyncNodeClient:
             f"{self.config.connect_timeout}s (CoordConfig.connect_timeout){f'; last error: {last}' if last else ''}"
         )
 
-    async def _hello(self, sock: Any) -> _Link:
+    async def _hello(self, sock: Any) -> Link:
         loop = asyncio.get_running_loop()
         try:
             _, link = await loop.create_unix_connection(
-                lambda: _Link(self.config.max_frame, self._agent_lost), sock=sock
+                lambda: Link(self.config.max_frame, self._agent_lost), sock=sock
             )
         except BaseException:
             sock.close()
