@@ -147,6 +147,9 @@ def try_connect(address: Address) -> socket.socket | None:
     except (ConnectionRefusedError, FileNotFoundError, BlockingIOError, InterruptedError):
         sock.close()  # no listener, or its backlog is full: the caller retries
         return None
+    except PermissionError as exc:
+        sock.close()
+        raise CoordinationError(f"no permission to reach the agent socket {address}: {exc}") from exc
     except BaseException:
         sock.close()
         raise
