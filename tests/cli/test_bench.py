@@ -27,7 +27,8 @@ def test_bench_cold_then_warm(cli: Run, main: Run, dataset: Path, tmp_path: Path
         assert result["peak_rss_bytes"] > 10 << 20
         fetched = server.count("shard.*")
 
-        warm = main("bench", server.url, "--local", str(cache), "--batch-size", "10", "--shuffle", "--limit", "95")
+        warm = main("bench", server.url, "--local", str(cache), "--batch-size", "10", "--shuffle", "--limit", "95",
+                    "--workers", "2")
         assert warm.returncode == 0, warm.stderr
         assert "100.0% hit rate" in warm.stdout
         assert "100 samples in 10 batches" in warm.stdout  # --limit stops at the end of a batch
