@@ -37,7 +37,8 @@ def live_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Address]:
     thread.start()
     assert ready.wait(10)
     yield address
-    # leaving: the agent stops agent_linger after its last client, on its own
+    thread.join(10)  # the agent leaves agent_linger after its last client, by itself
+    assert not thread.is_alive()
 
 
 def _talk(address: Address, payload: bytes) -> bytes:
