@@ -19,7 +19,7 @@ demo: $(STAMP)
 test: $(STAMP)
 	$(PY) -m ruff check $(LINT_PATHS)
 	$(PY) -m mypy
-	$(VENV)/bin/mkdocs build --strict --quiet --site-dir .venv/site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --quiet --site-dir .venv/site
 	$(PY) -m pytest -q
 
 lint: $(STAMP)
@@ -27,7 +27,7 @@ lint: $(STAMP)
 	$(PY) -m mypy
 
 docs: $(STAMP)
-	$(VENV)/bin/mkdocs build --strict --site-dir site
+	NO_MKDOCS_2_WARNING=1 $(VENV)/bin/mkdocs build --strict --site-dir site
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .demo
