@@ -36,7 +36,12 @@ from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from astream._dataset.reader import batch_start
-from astream._dataset.transport import recv_object, send_object
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+from astream._dataset.transport import PipeWriter, recv_object
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WorkerJob", "WorkerPool"]
@@ -123,11 +128,15 @@ def _process_main(
 ) -> None:
     job: WorkerJob = pickle.loads(payload)
     loop = loop_factory()
+    writer: PipeWriter | None = None
 
     async def emit(msg: tuple[str, Any]) -> None:
-        # A full pipe blocks the sending thread: that is the back-pressure we want, but
-        # not on the loop, which keeps prefetching shards meanwhile.
-        await loop.run_in_executor(None, send_object, conn, msg)
+        # Written from the loop without blocking it (a full pipe suspends this task only:
+        # that is the back-pressure, and the loop keeps prefetching shards meanwhile).
+        nonlocal writer
+        if writer is None:
+            writer = await PipeWriter.open(conn)
+        await writer.send(msg)
 
     async def start() -> int:
         # Ready: the job is open (imports, node, plan done). The consumer answers with the
@@ -137,15 +146,35 @@ def _process_main(
         answer = await loop.run_in_executor(None, control.recv_bytes)
         return int(_START.unpack(answer)[0])
 
+    async def main() -> None:
+        try:
+            await _produce(job, worker_id, emit, start if control is not None else None)
+        finally:
+            if writer is not None:
+                await writer.aclose()
+
     try:
-        loop.run_until_complete(_produce(job, worker_id, emit, start if control is not None else None))
-    except (BrokenPipeError, EOFError, KeyboardInterrupt):
+        loop.run_until_complete(main())
+    except (BrokenPipeError, ConnectionError, EOFError, KeyboardInterrupt):
         pass  # the consumer went away; nothing left to report to
     finally:
         loop.close()
         conn.close()
         if control is not None:
             control.close()
+
+
+# Bytes a worker's pipe holds (Linux; the default is 64 KiB): room for dozens of small
+# batches, so a worker runs ahead while the consumer waits for a time slice, and big
+# batches cross in a few writes instead of one per 64 KiB.
+_PIPE_BYTES = 1 << 20
+
+
+def _widen(conn: Connection) -> None:
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if set_size is not None:
+        with contextlib.suppress(OSError, ValueError):
+            fcntl.fcntl(conn.fileno(), set_size, _PIPE_BYTES)
 
 
 class WorkerPool:
@@ -219,6 +248,7 @@ class WorkerPool:
                 ]
             for wid in range(self._num_workers):
                 parent, child = ctx.Pipe(duplex=False)
+                _widen(parent)
                 control_in: Connection | None = None
                 if self._stand_in:
                     control_in, control_out = ctx.Pipe(duplex=False)
