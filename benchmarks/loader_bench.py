@@ -280,7 +280,7 @@ def main() -> None:
     build_datasets(root)
     scratch = data / "scratch"
     scratch.mkdir(parents=True, exist_ok=True)
-    warm_up(data, sorted(set(args.libs) | {"astream"}), args.peer_python)
+    warm_up(data, sorted({lib.rstrip("+") for lib in args.libs} | {"astream"}), args.peer_python)
     server = subprocess.Popen(
         [sys.executable, "-c", "import sys; from astream.testing import LoopbackServer; "
          "s = LoopbackServer(sys.argv[1]).start(); print(s.port, flush=True); sys.stdin.read()", str(root)],
