@@ -320,7 +320,10 @@ class MemoryStorage(Storage):
         bucket, _, key = url[len("memory://") :].partition("/")
         return _BUCKETS[bucket], key
 
-    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+    async def fetch_into(
+        self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None
+    ) -> None:
+        ev = events or self.events
         bucket, key = self._locate(url)
 
         async def attempt(n: int) -> None:
@@ -329,10 +332,10 @@ class MemoryStorage(Storage):
             data = bucket[key]
             step = self.options.chunk_size
             for i in range(sink.received, len(data), step):
-                self.events.on_bytes(len(data[i : i + step]))
+                ev.on_bytes(len(data[i : i + step]))
                 await sink.write(data[i : i + step])
 
-        await with_retries(url, attempt, self.options, self.events)
+        await with_retries(url, attempt, self.options, ev)
 
     async def read_bytes(self, url: str) -> bytes:
         bucket, key = self._locate(url)

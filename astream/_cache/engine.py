@@ -56,6 +56,8 @@ class ShardEngine:
         max_concurrency: transfers at once (lowered while the remote throttles).
         options: timeouts, retries and pool sizes of the backends.
         storage: a backend to use instead of one from the registry (never closed here).
+        pool: a :class:`StoragePool` shared with other engines on the same loop (one HTTP
+            session for all streams); never closed here. Stats stay per engine.
         executor: a thread pool for file work (never shut down here); default: a private one.
         fsync: fsync installed files before renaming them into place. Without it a process
             crash still never leaves a bad shard (files appear by rename once complete); a
@@ -83,6 +85,7 @@ class ShardEngine:
         max_concurrency: int = 8,
         options: StorageOptions | None = None,
         storage: Storage | None = None,
+        pool: StoragePool | None = None,
         executor: Executor | None = None,
         fsync: bool = True,
         pinned_at_once: int = 1,
@@ -104,7 +107,8 @@ class ShardEngine:
         self.stats = CacheStats(concurrency=self._aimd.limit)
         self._slots = Slots(self._aimd.limit)
         self._storage = storage
-        self._pool = StoragePool(options, events=self) if storage is None else None
+        self._pool = pool if pool is not None or storage is not None else StoragePool(options)
+        self._owns_pool = pool is None and storage is None
         self._executor: Executor = executor or PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
         self._order = itertools.count(1)  # reservation order = priority of the file work
         self._owns_executor = executor is None
@@ -157,7 +161,7 @@ class ShardEngine:
                 await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
         finally:
             self._tasks.clear()
-            if self._pool is not None:
+            if self._pool is not None and self._owns_pool:
                 await self._pool.aclose()
             if self._owns_executor:
                 self._executor.shutdown(wait=False, cancel_futures=True)
@@ -417,7 +421,7 @@ class ShardEngine:
         try:
             async with self._slots.hold(priority):
                 self._wake()
-                await self._backend(url).fetch_into(url, sink, size=stored.bytes)
+                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
             self._slots.limit = self.stats.concurrency = self._aimd.on_success()
             self._slots.wake()
             await sink.finish()

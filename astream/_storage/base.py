@@ -183,7 +183,9 @@ class Storage(abc.ABC):
         self._needs_close = False
 
     @abc.abstractmethod
-    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+    async def fetch_into(
+        self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None
+    ) -> None:
         """Stream the object at ``url`` into ``sink``, resuming where the sink stands.
 
         Args:
@@ -191,6 +193,8 @@ class Storage(abc.ABC):
             sink: receives the body; on a retry the backend resumes at ``sink.received``
                 when the remote allows it, else calls ``sink.restart()``.
             size: the size index.json records; a remote of another size is an error.
+            events: who hears about retries and bytes of this transfer (default: the
+                storage's own listener), so engines sharing one backend keep their own stats.
 
         Raises:
             RemoteNotFoundError: there is no such object.

@@ -86,7 +86,10 @@ class HttpStorage(Storage):
             self._needs_close = True
         return self._session
 
-    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+    async def fetch_into(
+        self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None
+    ) -> None:
+        ev = events or self.events
         session = self._get_session()
         chunk = self.options.chunk_size
 
@@ -112,7 +115,7 @@ class HttpStorage(Storage):
                     if tag and not tag.startswith("W/"):
                         self._etags[url] = tag
                     async for data in resp.content.iter_chunked(chunk):
-                        self.events.on_bytes(len(data))
+                        ev.on_bytes(len(data))
                         await sink.write(data)
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
@@ -120,7 +123,7 @@ class HttpStorage(Storage):
                 raise Transient(f"the body ended after {sink.received} of {total} bytes")
 
         try:
-            await with_retries(url, attempt, self.options, self.events)
+            await with_retries(url, attempt, self.options, ev)
         finally:
             self._etags.pop(url, None)
 

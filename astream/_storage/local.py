@@ -16,7 +16,7 @@ from urllib.parse import unquote, urlsplit
 import aiofiles
 import aiofiles.os
 
-from astream._storage.base import Storage, Transient, with_retries
+from astream._storage.base import Storage, TransferEvents, Transient, with_retries
 from astream._storage.sink import Sink
 from astream.errors import DownloadError, RemoteNotFoundError, StorageError, UploadError
 
@@ -51,7 +51,10 @@ class LocalStorage(Storage):
 
     schemes = ("", "file")
 
-    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+    async def fetch_into(
+        self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None
+    ) -> None:
+        ev = events or self.events
         path = local_path_of(url)
         chunk = self.options.chunk_size
 
@@ -77,7 +80,7 @@ class LocalStorage(Storage):
             if size is not None and sink.received != size:
                 raise Transient(f"read {sink.received} of {size} bytes (the file changed while read)")
 
-        await with_retries(url, attempt, self.options, self.events)
+        await with_retries(url, attempt, self.options, ev)
 
     async def read_bytes(self, url: str) -> bytes:
         path = local_path_of(url)

@@ -118,7 +118,10 @@ class S3Storage(Storage):
             return Transient(f"{type(exc).__name__}: {exc}")
         return DownloadError(f"{url}: {type(exc).__name__}: {exc}")
 
-    async def fetch_into(self, url: str, sink: Sink, *, size: int | None = None) -> None:
+    async def fetch_into(
+        self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None
+    ) -> None:
+        ev = events or self.events
         client = await self._get_client()
         bucket, key = split_s3_url(url)
         chunk = self.options.chunk_size
@@ -140,7 +143,7 @@ class S3Storage(Storage):
                     if resp.get("ETag"):
                         self._etags[url] = resp["ETag"]
                     async for data in body.iter_chunks(chunk):
-                        self.events.on_bytes(len(data))
+                        ev.on_bytes(len(data))
                         await sink.write(data)
                 finally:
                     body.close()
@@ -152,7 +155,7 @@ class S3Storage(Storage):
                 raise Transient(f"the body ended after {sink.received} of {total} bytes")
 
         try:
-            await with_retries(url, attempt, self.options, self.events)
+            await with_retries(url, attempt, self.options, ev)
         finally:
             self._etags.pop(url, None)
 

@@ -311,3 +311,21 @@ async def test_unsynced_shards_from_before_a_reboot_are_checked(
     assert server.count("*.zstd") == before + 1  # only the damaged one came again
     async with ShardEngine(index, str(local), server.url, options=options) as engine:
         assert not engine.cache.entries[0].suspect  # fsynced caches trust what they find
+
+
+async def test_engines_can_share_one_pool_and_keep_their_own_stats(
+    server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions
+) -> None:
+    from astream._storage import StoragePool
+
+    _, index = dataset
+    server.add(Fault("status", match="shard.00001.mds.zstd", status=500))
+    async with StoragePool(options) as pool:
+        async with ShardEngine(index, str(tmp_path / "a"), server.url, pool=pool) as a, \
+                ShardEngine(index, str(tmp_path / "b"), server.url, pool=pool) as b:
+            async with a.use(0), b.use(1):
+                pass
+            assert (a.stats.retries, b.stats.retries) == (0, 1)
+            assert a.stats.bytes_downloaded == index.shards[0].zip_data.bytes  # type: ignore[union-attr]
+        http = pool.get(server.url)
+        assert not http._closed  # the engines did not close the shared pool
