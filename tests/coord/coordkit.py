@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import os
@@ -48,8 +49,21 @@ def slow_down(server: LoopbackServer, seconds: float) -> None:
     server.add(Fault("delay", times=None, seconds=seconds))
 
 
-def shm_entries() -> set[str]:
-    return set(os.listdir("/dev/shm")) if os.path.isdir("/dev/shm") else set()
+def shm_paths(pids: list[int]) -> set[str]:
+    """The /dev/shm objects the processes ``pids`` map or hold open (others' tests may use /dev/shm)."""
+    found: set[str] = set()
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/maps") as maps:
+                found.update(line.split()[-1] for line in maps if "/dev/shm/" in line)
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                    if target.startswith("/dev/shm/"):
+                        found.add(target)
+        except FileNotFoundError:
+            continue  # exited meanwhile
+    return found
 
 
 def _listening(name: str) -> bool:

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from coordkit import assert_clean, config_dict, counts, make_shards, shm_entries, slow_down
+from coordkit import assert_clean, config_dict, counts, make_shards, shm_paths, slow_down
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
@@ -52,7 +52,6 @@ async def test_eight_ranks_two_workers_fetch_each_shard_once(
     digests = make_shards(Path(http_server.root), 12)
     keys = sorted(digests)
     slow_down(http_server, 0.02)  # overlapping requests for the same shard
-    shm_before = shm_entries()
     local = tmp_path / "cache"
     specs = node_specs(node=0, nodes=1, ranks=8, workers=2, local=local, remote=http_server.url, run_id=run_id,
                        digests=digests, keys=rotated(keys), config=config, end_barrier=True)
@@ -66,7 +65,6 @@ async def test_eight_ranks_two_workers_fetch_each_shard_once(
         assert all(s["ok"] for s in samples)
     assert sum(p.events("done")[0]["started_agents"] for p in procs) == 1, "exactly one leader"
     assert_clean(local, run_id, config)
-    assert shm_entries() <= shm_before, "astream must create nothing in /dev/shm"
 
 
 async def test_several_nodes_share_one_server(
@@ -187,17 +185,16 @@ async def test_everything_killed_leaves_nothing(
 ) -> None:
     folder, digests = remote
     local = tmp_path / "cache"
-    shm_before = shm_entries()
     specs = node_specs(node=0, nodes=1, ranks=3, workers=1, local=local, remote=str(folder), run_id=run_id,
                        digests=digests, keys=lambda gw, n: sorted(digests), config=config, hold_pins=True)
     procs = [await ranks(spec) for spec in specs]
     agent = (await procs[0].wait_for("joined"))["agent_pid"]
     for p in procs:
         await p.wait_for("pinned")
+    assert not shm_paths([agent, *(p.proc.pid for p in procs)]), "astream uses no /dev/shm"
     os.kill(agent, signal.SIGKILL)
     for p in procs:
         p.kill()
     for p in procs:
         await p.finish(10)
     assert_clean(local, run_id, config, wait=2.0)
-    assert shm_entries() <= shm_before
