@@ -19,6 +19,7 @@ import os
 import socket
 import time
 from collections import Counter
+from collections.abc import Callable
 from typing import Any, cast
 
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
@@ -170,7 +171,7 @@ class Agent:
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def serve(self, listener: socket.socket, on_ready: Any = None) -> None:
+    async def serve(self, listener: socket.socket, on_ready: Callable[[], None] | None = None) -> None:
         """Rebuild from disk, serve ``listener`` until idle for ``agent_linger``, clean up.
 
         Args:
