@@ -1,9 +1,9 @@
-"""Per-node coordination over a Unix socket (DESIGN.md, layer 5).
+r"""Per-node coordination over a Unix socket (DESIGN.md, layer 5).
 
 - :class:`World` — where a process sits (node, rank, local rank, worker), from the launcher.
 - :class:`AsyncNodeClient` — a rank's or worker's membership of its node: it finds (or
   elects and starts) the node agent, then ``ensure``/``ensure_many``/``pin``/``unpin``
-  shards, meets at ``barrier``\ s and agrees on the epoch (``begin_epoch``).
+  shards, meets at barriers (``barrier``) and agrees on the epoch (``begin_epoch``).
 - :class:`ShardProvider` — the seam to the node's shard cache, built in the agent's
   process by a picklable :data:`ProviderFactory`; :class:`SimpleProvider` is a small one.
 - :class:`CoordConfig` — every timeout and limit of the above.
