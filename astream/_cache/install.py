@@ -23,7 +23,7 @@ from typing import BinaryIO
 from astream._cache.cache import ShardCache, ShardFile
 from astream._format.compression import Codec, StreamDecoder
 from astream._format.hashing import Hasher, new_hasher
-from astream._storage.sink import BufferedSink, fsync_dir
+from astream._storage.sink import BufferedSink, datasync, fsync_dir
 from astream.errors import CacheError, CompressionError
 
 __all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name", "verify_files"]
@@ -223,7 +223,7 @@ class ShardSink(BufferedSink):
                     continue
                 fh.flush()
                 if self._fsync:
-                    os.fsync(fh.fileno())
+                    datasync(fh.fileno())
                 fh.close()
                 os.replace(tmp, final)
             self._raw_fh = self._zip_fh = None

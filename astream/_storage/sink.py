@@ -22,7 +22,7 @@ from typing import BinaryIO, Protocol
 
 from astream._storage.executor import PriorityExecutor
 
-__all__ = ["BufferedSink", "FileSink", "Sink", "fsync_dir"]
+__all__ = ["BufferedSink", "FileSink", "Sink", "datasync", "fsync_dir"]
 
 FLUSH_BYTES = 4 << 20
 
@@ -42,6 +42,12 @@ class Sink(Protocol):
     async def restart(self) -> None:
         """Forget everything received: the remote sends the object again from byte 0."""
         ...
+
+
+def datasync(fd: int) -> None:
+    """Flush a file's data (and the metadata needed to read it back) to the device."""
+    sync = getattr(os, "fdatasync", os.fsync)  # fdatasync is not on every platform
+    sync(fd)
 
 
 def fsync_dir(path: str) -> None:
@@ -195,7 +201,7 @@ class FileSink(BufferedSink):
         fh = self._open()
         fh.flush()
         if self._fsync:
-            os.fsync(fh.fileno())
+            datasync(fh.fileno())
         fh.close()
         self._fh = None
         os.replace(self.tmp_path, self.path)
