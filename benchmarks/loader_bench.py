@@ -202,13 +202,13 @@ def warm_up(data: Path, libs: list[str], peer_python: str) -> None:
 def run_one(lib: str, how: str, cache: str, name: str, workers: int, root: Path, port: int,
             scratch: Path, peer_python: str) -> dict[str, Any]:
     data_dir = root / "bucket" / name
-    local = tempfile.mkdtemp(prefix=f"{lib}-{cache}-", dir=str(scratch))
+    local = str(data_dir) if cache == "warm" else tempfile.mkdtemp(prefix=f"{lib}-{cache}-", dir=str(scratch))
     env = child_env(root.parent)
     env["TMPDIR"] = tempfile.mkdtemp(prefix="tmp-", dir=str(scratch))
     python = peer_python if lib == "mosaic" else sys.executable
     remote: str
     if cache == "warm":
-        remote, local = "-", str(data_dir)
+        remote = "-"
     elif cache == "local":
         remote = str(data_dir)
     elif lib == "astream":

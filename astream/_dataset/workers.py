@@ -168,6 +168,8 @@ def _process_main(
 # batches, so a worker runs ahead while the consumer waits for a time slice, and big
 # batches cross in a few writes instead of one per 64 KiB.
 _PIPE_BYTES = 1 << 20
+# Seconds worker processes wait at most for the stand-ins' first batch before starting.
+_LAUNCH_DELAY = 0.25
 
 
 def _widen(conn: Connection) -> None:
@@ -217,6 +219,8 @@ class WorkerPool:
         self._produced: list[int] = []
         self._stand_in_done: list[bool] = []
         self._freed: list[asyncio.Event] = []
+        self._first: list[asyncio.Event] = []  # stand-in w delivered its first batch (or stopped)
+        self._launch = threading.Event()  # processes may start (set at once without stand-ins)
         self._stopping = threading.Event()
         self._started = False
         self._closed = False
@@ -236,12 +240,16 @@ class WorkerPool:
         self._queues = [asyncio.Queue() for _ in range(self._num_workers)]
         self._slots = [threading.Semaphore(self._prefetch) for _ in range(self._num_workers)]
         if self._mode == "process":
+            if not self._stand_in:
+                self._launch.set()
             ctx = _context(type(self._job).__module__)
             payload = pickle.dumps(self._job)  # once, here: every worker and stand-in gets a copy
             if self._stand_in:
                 self._produced = [0] * self._num_workers
                 self._stand_in_done = [False] * self._num_workers
                 self._freed = [asyncio.Event() for _ in range(self._num_workers)]
+                self._first = [asyncio.Event() for _ in range(self._num_workers)]
+                loop.call_later(_LAUNCH_DELAY, self._launch.set)
                 self._stand_ins = [
                     loop.create_task(self._run_stand_in(wid, pickle.loads(payload)))
                     for wid in range(self._num_workers)
@@ -310,6 +318,16 @@ class WorkerPool:
         self, wid: int, conn: Connection, proc: Any, loop: asyncio.AbstractEventLoop,
         child_ends: tuple[Connection, Connection | None],
     ) -> None:
+        # With stand-ins, the interpreters start once the first batch is on its way (or after
+        # _LAUNCH_DELAY): before, they would only take the CPU from it.
+        while not self._launch.wait(0.2):
+            if self._stopping.is_set():
+                break
+        if self._stopping.is_set():
+            for end in child_ends:
+                if end is not None:
+                    end.close()
+            return
         try:
             proc.start()
         except BaseException as exc:
@@ -361,6 +379,8 @@ class WorkerPool:
         """Produce worker ``wid``'s batches here until its process takes over."""
         queue = self._queues[wid]
         try:
+            if wid:  # one at a time to the first batch: worker 0's comes first
+                await self._first[wid - 1].wait()
             async with job.open(wid) as batches:
                 async for batch in batches:
                     while not self._slots[wid].acquire(blocking=False):
@@ -368,12 +388,22 @@ class WorkerPool:
                         await self._freed[wid].wait()
                     self._produced[wid] += 1
                     queue.put_nowait(("batch", batch))
+                    if not self._first[wid].is_set():
+                        self._first[wid].set()
+                        if wid == 0:
+                            self._launch.set()
         except asyncio.CancelledError:
+            self._first[wid].set()
+            self._launch.set()
             raise
         except Exception as exc:
+            self._first[wid].set()
+            self._launch.set()
             self._stand_in_done[wid] = True
             queue.put_nowait(("error", _describe(exc, wid)))
         else:
+            self._first[wid].set()
+            self._launch.set()
             self._stand_in_done[wid] = True
             queue.put_nowait(("end", None))
 
