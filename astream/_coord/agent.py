@@ -288,6 +288,11 @@ class Agent:
         if conn.greeted:
             raise ProtocolError("second hello on one connection")
         conn.greeted, conn.member, conn.pid = True, msg["member"], msg["pid"]
+        twins = [c.pid for c in self._conns.values() if c is not conn and c.greeted and c.member == conn.member]
+        if twins:
+            log.warning("astream agent: %s joins from pid %d but pid(s) %s use that name too; "
+                        "barriers cannot tell them apart (check the World of each process)",
+                        conn.member, conn.pid, twins)
         self.barriers.joined(conn.member)
         hint = msg["epoch_hint"]
         if hint is not None and not self._epoch_set:
