@@ -264,6 +264,8 @@ class Agent:
             self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True)
         elif op == "ensure_many":
             self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False)
+        elif op == "prefetch":
+            self._prefetch(msg["keys"])
         elif op == "pin":
             self._pin(conn, msg["key"], 1)
         elif op == "unpin":
@@ -332,11 +334,20 @@ class Agent:
             if key in self._inflight:
                 self.stats["coalesced"] += 1
                 continue
-            self.stats["fetches"] += 1
-            self._stage[key] = ("queue", time.monotonic())
-            task = asyncio.get_running_loop().create_task(self._fetch(key))
-            self._inflight[key] = task
-            task.add_done_callback(lambda t, key=key: self._fetched(key, t))  # type: ignore[misc]
+            self._start_fetch(key)
+
+    def _prefetch(self, keys: list[str]) -> None:
+        for key in keys:
+            if key not in self._inflight and self.provider.lookup(key) is None:
+                self.stats["prefetches"] += 1
+                self._start_fetch(key)
+
+    def _start_fetch(self, key: str) -> None:
+        self.stats["fetches"] += 1
+        self._stage[key] = ("queue", time.monotonic())
+        task = asyncio.get_running_loop().create_task(self._fetch(key))
+        self._inflight[key] = task
+        task.add_done_callback(lambda t, key=key: self._fetched(key, t))  # type: ignore[misc]
 
     async def _fetch(self, key: str) -> str:
         def stage(name: str) -> None:

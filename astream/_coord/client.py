@@ -34,6 +34,7 @@ from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
 from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
+from astream._coord.wire import MAX_KEYS
 from astream._coord.world import World
 from astream.errors import BarrierTimeout, CoordinationError, UsageError
 
@@ -158,10 +159,13 @@ class AsyncNodeClient:
                                               describe=lambda: self._inspect_shard(ask[0]))
                     got = [answer["path"]]
                 else:
-                    answer = await self._call({"op": "ensure_many", "keys": ask, "pin": pin},
-                                              watch=f"{len(ask)} shards ({ask[0]!r}...)",
-                                              describe=lambda: self._inspect_shard(ask[0]))
-                    got = answer["paths"]
+                    got = []
+                    for start in range(0, len(ask), MAX_KEYS):
+                        chunk = ask[start : start + MAX_KEYS]
+                        answer = await self._call({"op": "ensure_many", "keys": chunk, "pin": pin},
+                                                  watch=f"{len(chunk)} shards ({chunk[0]!r}...)",
+                                                  describe=lambda chunk=chunk: self._inspect_shard(chunk[0]))
+                        got.extend(answer["paths"])
             except BaseException:
                 if pin:
                     for key in keys:
@@ -173,6 +177,17 @@ class AsyncNodeClient:
                 if self._pins[key] > 0:
                     self._paths[key] = fetched[key]
         return [p for p in paths if p is not None]
+
+    async def prefetch(self, keys: Sequence[str]) -> None:
+        """Ask the node to start fetching ``keys`` now, without waiting or pinning (one-way).
+
+        A loader walking its epoch plan announces the shards it will read soon; a later
+        :meth:`ensure` of one of them joins its download or finds it done. A prefetch
+        that fails is forgotten: the ``ensure`` that needs the shard tries again.
+        """
+        link = await self._connected()
+        for start in range(0, len(keys), MAX_KEYS):
+            link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS])})
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.

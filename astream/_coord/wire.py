@@ -124,6 +124,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_INT, "pins": _STRS},
     "ensure": {"key": _STR, "pin": _BOOL},
     "ensure_many": {"keys": _KEYS, "pin": _BOOL},
+    "prefetch": {"keys": _KEYS},
     "pin": {"key": _STR},
     "unpin": {"key": _STR},
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
@@ -135,7 +136,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "stats": {},
     "bye": {},
 }
-ONE_WAY = frozenset({"pin", "unpin", "bye"})
+ONE_WAY = frozenset({"pin", "unpin", "prefetch", "bye"})
 
 
 def _check(value: object, kind: str) -> bool:

@@ -155,6 +155,25 @@ async def test_ensure_many_fails_at_first_error(node: Node) -> None:
     assert set(node.provider.pins.values()) == {0}
 
 
+async def test_prefetch_starts_downloads_an_ensure_then_joins(node: Node) -> None:
+    node.provider.errors["bad"] = DownloadError("shard 'bad' is gone")
+    client = node.client("c")
+    await client.prefetch(["p1", "p2", "bad"])
+    await client.stats()  # the one-way message went first
+    assert dict(node.provider.calls) == {"p1": 1, "p2": 1, "bad": 1}
+    waiting = asyncio.ensure_future(client.ensure("p1"))
+    await asyncio.sleep(0.05)  # joins the download in flight
+    for key in ("p1", "p2", "bad"):
+        node.provider.gate(key).set()
+    assert (await waiting).endswith("p1")
+    await client.prefetch(["p1", "p2"])  # present now: nothing to do
+    stats = await client.stats()
+    assert (stats["prefetches"], stats["fetches"], stats["coalesced"]) == (3, 3, 1)
+    del node.provider.errors["bad"]
+    assert await client.ensure("bad")  # a failed prefetch is forgotten; ensure tries again
+    assert node.provider.calls["bad"] == 2
+
+
 async def test_pins_released_when_a_client_vanishes(node: Node) -> None:
     node.provider.present.update({"a", "b"})
     holder, watcher = node.client("holder"), node.client("watcher")
