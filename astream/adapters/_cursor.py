@@ -6,11 +6,18 @@ global sample ids each batch holds (``Loader.batch_ids``: the same batches, in t
 same order, as iterating it) and reads them with ``StreamingDataset.get_batch``. The
 position is an (epoch, sample_in_epoch) pair, the same two numbers a state dict holds,
 so a resumed epoch is just a plan that starts further in.
+
+Random access costs a round of shard pins per batch. When batches are asked for in
+order from the start of the epoch (Keras with one reader), the cursor streams them
+from a loader iteration started at its position instead: the same batches (that is
+``batch_ids``' contract), read ahead and at the loader's speed. Any other request is
+served by random access.
 """
 
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -30,12 +37,16 @@ class EpochCursor:
     Thread-safe: Keras workers read batches while the training thread may move on.
     """
 
-    def __init__(self, loader: Loader) -> None:
+    def __init__(self, loader: Loader, *, stream: bool = False) -> None:
         if not isinstance(loader, Loader):
             raise ConfigError(f"expected an astream.Loader, got {type(loader).__name__}")
         self.loader = loader
         self.dataset = loader.dataset
         self._lock = threading.Lock()
+        self._stream_enabled = stream
+        self._stream: Iterator[dict[str, Any]] | None = None
+        self._stream_next = 0
+        self._stream_lock = threading.Lock()
         # Start where the loader's next iteration would: a loaded state at its position,
         # otherwise at the start of the dataset's current epoch (0 in a fresh run).
         state = self.dataset.state_dict(0, from_beginning=False)
@@ -46,12 +57,14 @@ class EpochCursor:
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
-        del state["_lock"]
+        del state["_lock"], state["_stream_lock"]
+        state["_stream"] = None  # a running iteration stays in its process
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
         self._lock = threading.Lock()
+        self._stream_lock = threading.Lock()
 
     # -- position ------------------------------------------------------------------------------
 
@@ -74,6 +87,7 @@ class EpochCursor:
         if not batches and offset > 0:
             # A state saved after the last batch of an epoch: the next epoch, from its start.
             epoch, offset, batches = epoch + 1, 0, self.loader.batch_ids(epoch + 1, 0)
+        self.close_stream()
         with self._lock:
             self._epoch, self._offset, self._batches = epoch, offset, batches
 
@@ -105,7 +119,33 @@ class EpochCursor:
 
     def fetch(self, index: int) -> dict[str, Any]:
         """Batch ``index`` of the epoch (dict of arrays, lists for str/bytes/ragged columns)."""
-        return self.dataset.get_batch(self.ids(index))
+        ids = self.ids(index)
+        if self._stream_enabled:
+            with self._stream_lock:
+                if index == 0:
+                    self._open_stream()
+                if self._stream is not None and index == self._stream_next:
+                    self._stream_next += 1
+                    batch = next(self._stream, None)
+                    if batch is not None and _length(batch) == len(ids):
+                        return batch
+                    self.close_stream()  # cannot happen by batch_ids' contract; stay correct anyway
+        return self.dataset.get_batch(ids)
+
+    def _open_stream(self) -> None:
+        # Keras starts over at batch 0 to build a model, for a tf.data signature and at
+        # every epoch: each time, a fresh loader iteration from this cursor's position.
+        self.close_stream()
+        self.loader.load_state_dict(self.state_dict(0))
+        self._stream = iter(self.loader)
+        self._stream_next = 0
+
+    def close_stream(self) -> None:
+        """Stop the loader iteration that serves in-order requests, if one runs."""
+        stream, self._stream = self._stream, None
+        close = getattr(stream, "close", None)
+        if close is not None:
+            close()
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -136,3 +176,8 @@ class EpochCursor:
         state["epoch"] = epoch
         state["sample_in_epoch"] = sample
         return state
+
+
+def _length(batch: dict[str, Any]) -> int:
+    first = next(iter(batch.values()), ())
+    return len(first)

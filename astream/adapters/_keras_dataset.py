@@ -71,7 +71,8 @@ class StreamingPyDataset(keras.utils.PyDataset):  # type: ignore[misc,unused-ign
                 "or read with threads (workers=N, use_multiprocessing=False)"
             )
         super().__init__(workers=workers, use_multiprocessing=use_multiprocessing, max_queue_size=max_queue_size)
-        self._cursor = EpochCursor(loader)
+        # One reader asks in order: stream. Threads ask in their own order: random access.
+        self._cursor = EpochCursor(loader, stream=workers <= 1 and not use_multiprocessing)
         self._convert = select_columns(loader.dataset.columns, x, y, sample_weight, map_fn)
         self._served: set[int] = set()
         self._served_lock = threading.Lock()

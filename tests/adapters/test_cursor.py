@@ -35,6 +35,22 @@ def test_cursor_serves_the_loaders_batches_in_any_order(data: Path, tmp_path: Pa
     assert cursor.epoch == 2
 
 
+def test_streaming_cursor_serves_in_order_and_random_requests_alike(data: Path, tmp_path: Path) -> None:
+    loader = make_loader(data, tmp_path / "a")
+    expected = [_ids(list(loader)) for _ in range(2)]
+    assert expected[0] != expected[1]
+    cursor = EpochCursor(make_loader(data, tmp_path / "b"), stream=True)
+    # Keras' pattern: batch 0 (to build the model), then the epoch in order, twice.
+    assert [int(i) for i in cursor.fetch(0)["id"]] == expected[0][0]
+    for epoch in range(2):
+        got = [[int(i) for i in cursor.fetch(k)["id"]] for k in range(len(cursor))]
+        assert got == expected[epoch]
+        # Out of order in the middle of a stream: random access, and the stream goes on.
+        assert [int(i) for i in cursor.fetch(3)["id"]] == expected[epoch][3]
+        cursor.advance()
+    cursor.close_stream()
+
+
 def test_cursor_state_resumes_a_loader_exactly(data: Path, tmp_path: Path) -> None:
     cursor = EpochCursor(make_loader(data, tmp_path / "a"))
     batches = [[int(i) for i in cursor.ids(k)] for k in range(len(cursor))]
