@@ -12,7 +12,7 @@ from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
-from astream._format.writer import MDSWriter
+from astream._storage.upload import MDSWriter
 from astream.errors import AstreamError
 
 __version__ = "0.1.0.dev0"

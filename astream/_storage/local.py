@@ -73,6 +73,7 @@ class LocalStorage(Storage):
                         if not data:
                             break
                         await sink.write(data)
+                        ev.on_bytes(len(data))
             except OSError as exc:
                 if isinstance(exc, StorageError):
                     raise

@@ -1,6 +1,6 @@
 """Writing an MDS dataset to a remote: ``MDSWriter(out="s3://...")`` or ``out=(local, remote)``.
 
-:class:`RemoteMDSWriter` is the format layer's :class:`~astream._format.writer.MDSWriter`
+:class:`MDSWriter` (public as ``astream.MDSWriter``) is the format layer's writer
 plus uploads. Each finished shard file is handed (from the writer's ``_after_shard``
 hook) to a private event-loop thread, which uploads up to ``max_concurrency`` files at
 once with the usual retries; at most ``max_pending`` files wait, so a slow remote slows
@@ -21,16 +21,16 @@ import tempfile
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from astream._format.writer import MDSWriter
+from astream._format.writer import MDSWriter as LocalMDSWriter
 from astream._storage.base import StorageOptions
 from astream._storage.loop import LoopThread
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream.errors import ConfigError, UploadError
 
-__all__ = ["RemoteMDSWriter"]
+__all__ = ["MDSWriter", "RemoteMDSWriter"]
 
 
-class RemoteMDSWriter(MDSWriter):
+class MDSWriter(LocalMDSWriter):
     """An :class:`MDSWriter` that also uploads the dataset to a remote as it is written.
 
     Args:
@@ -164,3 +164,6 @@ class RemoteMDSWriter(MDSWriter):
             with contextlib.suppress(Exception):
                 thread.call(pool.aclose(), timeout=30)
         thread.close()
+
+
+RemoteMDSWriter = MDSWriter  # the name the storage tests and docs of this module use

@@ -12,9 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astream import LocalDataset, MDSWriter
+from astream import LocalDataset
 from astream._format.compression import get_codec
 from astream._format.hashing import hash_bytes
+from astream._format.writer import MDSWriter
 from astream.errors import CompressionError, ConfigError, EncodingError, SampleError, UsageError
 
 COLUMNS = {"x": "ndarray:float32:2,3", "y": "int", "name": "str"}
