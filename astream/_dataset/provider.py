@@ -17,6 +17,8 @@ from astream._cache.engine import ShardEngine
 from astream._coord.provider import StageCallback
 from astream._format.index import INDEX_NAME, Index
 from astream._storage.base import StorageOptions
+from astream._storage.executor import PriorityExecutor
+from astream._storage.registry import StoragePool
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream.errors import ConfigError
 
@@ -76,9 +78,14 @@ class CacheProvider:
         self._engines: list[ShardEngine] = []
         self._pins: dict[str, int] = {}
         self._held: set[str] = set()
+        # Streams share HTTP sessions (one pool per distinct transfer settings) and one
+        # thread pool for hashing, decompression and file writes.
+        self._pools: dict[StorageOptions, StoragePool] = {}
+        self._executor: PriorityExecutor | None = None
 
     async def rebuild(self) -> None:
         """Build and start the engines; each scans its cache folder (the disk is the truth)."""
+        self._executor = PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
         for spec in self._specs:
             root = os.path.join(spec.local, spec.split) if spec.split else spec.local
             index = Index.load(os.path.join(root, INDEX_NAME))
@@ -86,10 +93,14 @@ class CacheProvider:
                 timeouts=Timeouts(download=spec.download_timeout),
                 retry=RetryPolicy(retries=spec.download_retry),
             )
+            pool = self._pools.get(options)
+            if pool is None:
+                pool = self._pools[options] = StoragePool(options)
             engine = ShardEngine(
                 index, spec.local, spec.remote, spec.split, cache_limit=spec.cache_limit,
                 validate_hash=spec.validate_hash, keep_zip=spec.keep_zip,
-                max_concurrency=self._max_concurrency, options=options, pinned_at_once=self._pinned_at_once,
+                max_concurrency=self._max_concurrency, options=options, pool=pool, executor=self._executor,
+                pinned_at_once=self._pinned_at_once,
             )
             await engine.start()
             self._engines.append(engine)
@@ -141,3 +152,9 @@ class CacheProvider:
         engines, self._engines = self._engines, []
         for engine in engines:
             await engine.aclose()
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.aclose()
+        executor, self._executor = self._executor, None
+        if executor is not None:
+            executor.shutdown(wait=False)
