@@ -100,7 +100,17 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self._loop)
 
     def call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the thread's loop and wait for its result."""
+        """Run ``coro`` on the thread's loop and wait for its result.
+
+        Raises:
+            UsageError: called from the loop's own thread (it would wait for itself forever).
+        """
+        if threading.current_thread() is self._thread:
+            coro.close()
+            raise UsageError(
+                "a synchronous astream call was made from inside astream's own event loop; "
+                "use the async form (await ds.aget(i), async for ...) there"
+            )
         return self.submit(coro).result(timeout)
 
     def close(self) -> None:

@@ -9,6 +9,7 @@ import pytest
 
 from astream._dataset.bridge import SyncIterator
 from astream._storage.loop import LoopThread
+from astream.errors import UsageError
 
 
 @pytest.fixture
@@ -80,3 +81,14 @@ def test_close_midway_cancels_and_is_idempotent(portal: LoopThread) -> None:
     assert log[-1] == "exit"
     with pytest.raises(StopIteration):
         next(it)
+
+
+def test_sync_call_from_the_loop_thread_is_refused(portal: LoopThread) -> None:
+    async def inner() -> int:
+        return 1
+
+    async def outer() -> None:
+        portal.call(inner())
+
+    with pytest.raises(UsageError, match="own event loop"):
+        portal.call(outer())
