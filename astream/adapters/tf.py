@@ -153,12 +153,39 @@ def as_tf_dataset(
             for batch in loader:
                 yield convert(batch)
 
-    dataset = tf.data.Dataset.from_generator(batches, output_signature=signature)
     cardinality = _cardinality(loader, epochs)
-    if cardinality is not None:
-        # Keras plans each epoch from this; unknown, it warns each epoch that data ran out.
-        dataset = dataset.apply(tf.data.experimental.assert_cardinality(cardinality))
-    return dataset
+    if cardinality is None:
+        # Only a pass that resumes mid-epoch has no known length: the generator form.
+        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+    return _indexed(batches, signature, cardinality)
+
+
+def _indexed(batches: Callable[[], Iterator[Any]], signature: Any, cardinality: int) -> Any:
+    """Element ``i`` of a pass is the next batch of the pass's iteration (started at ``i == 0``).
+
+    ``Dataset.range(n).map(numpy_function)`` costs about a third of ``from_generator``
+    per element, and the known length lets Keras plan its epochs. The map runs
+    sequentially (no ``num_parallel_calls``), so elements come in the loader's order.
+    """
+    import tensorflow as tf
+
+    specs = tf.nest.flatten(signature)
+    current: list[Iterator[Any]] = []
+
+    def pull(index: Any) -> list[Any]:
+        if int(index) == 0 or not current:
+            for old in current:
+                getattr(old, "close", lambda: None)()
+            current[:] = [batches()]
+        return [np.asarray(v) for v in tf.nest.flatten(next(current[0]))]
+
+    def element(index: Any) -> Any:
+        flat = tf.numpy_function(pull, [index], [s.dtype for s in specs], stateful=True)
+        flat = [t if s.shape.rank is None else tf.ensure_shape(t, s.shape) for t, s in zip(flat, specs, strict=True)]
+        return tf.nest.pack_sequence_as(signature, flat)
+
+    source = tf.data.Dataset.counter() if cardinality == tf.data.INFINITE_CARDINALITY else tf.data.Dataset.range(cardinality)
+    return source.map(element)
 
 
 def _identity(value: Any) -> Any:

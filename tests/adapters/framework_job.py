@@ -146,6 +146,7 @@ def tf_checks(keras: Any, root: Path, out: dict[str, Any]) -> None:
     model = make_model(keras)
     history = model.fit(train.map(lambda x, y: (x, tf.expand_dims(y, -1))).prefetch(2), epochs=3, verbose=0)
     out["tf_losses"] = [float(v) for v in history.history["loss"]]
+    out["tf_last_epoch"] = loader.state_dict()["epoch"]  # 2 when each Keras epoch began one loader epoch
     ids = as_tf_dataset(make_loader(root / "ds", root / "cache-tf-ids"), columns=["id"])
     out["tf_ids"] = [[int(i) for i in b["id"].numpy()] for b in ids]
 

@@ -122,6 +122,7 @@ def test_tf_model_fit_trains_on_the_loaders_batches(tf_job: dict[str, Any]) -> N
     assert len(losses) == 3
     assert losses[-1] < losses[0]
     assert tf_job["tf_ids"] == tf_job["loader_epochs"][0]
+    assert tf_job["tf_last_epoch"] == 2  # three Keras epochs, three loader epochs: none skipped
 
 
 # -- JAX -----------------------------------------------------------------------------------
