@@ -53,6 +53,11 @@ class StreamingEpochs(keras.callbacks.Callback):  # type: ignore[misc,unused-ign
         self._steps = 0
         self._quiet: warnings.catch_warnings[None] | None = None
 
+    @property
+    def steps(self) -> int:
+        """Batches trained on in this run, counting those of a restored checkpoint."""
+        return self._steps
+
     def state_dict(self) -> dict[str, Any]:
         """astream's state after the batches trained on so far (MosaicML-compatible keys)."""
         return self.dataset.state_dict(self._batches_done)
