@@ -7,12 +7,19 @@ is fixed at keras' first import), and the tests below judge what it observed.
 from __future__ import annotations
 
 import importlib.util
+import json
+import os
+import subprocess
+import sys
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from adapterkit import run_job
+from adapterkit import HERE, run_job, write_dataset
+
+from astream.testing import free_port
 
 pytestmark = pytest.mark.slow
 
@@ -143,3 +150,35 @@ def test_device_prefetch_shards_over_devices(jax_job: dict[str, Any]) -> None:
 
 def test_async_device_prefetch_stops_early(jax_job: dict[str, Any]) -> None:
     assert jax_job["jax_async"] == jax_job["loader_epochs"][0][:2]
+
+
+def test_device_prefetch_makes_one_global_array_of_the_processes_batches(tmp_path: Path) -> None:
+    """Two jax.distributed processes (two CPU devices each) and two astream ranks."""
+    if importlib.util.find_spec("jax") is None:
+        pytest.skip("jax is not installed")
+    data = write_dataset(tmp_path / "ds")
+    port = str(free_port())
+    procs = []
+    for rank in range(2):
+        env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": "2", "LOCAL_RANK": str(rank), "LOCAL_WORLD_SIZE": "2",
+               "ASTREAM_RUN_ID": f"dist-{port}", "PYTHONPATH": str(HERE), "JAX_PLATFORMS": "cpu",
+               "XLA_FLAGS": "--xla_force_host_platform_device_count=2", "TF_CPP_MIN_LOG_LEVEL": "2"}
+        procs.append(subprocess.Popen([sys.executable, str(HERE / "jax_dist_job.py"), str(rank), port, str(data),
+                                       str(tmp_path / "cache")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                      text=True, env=env))
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    per_rank = len(outs[0]["local"][0])
+    for out in outs:
+        assert (out["devices"], out["local_devices"]) == (4, 2)
+        assert out["global_shapes"] == [[2 * per_rank]] * len(out["local"])
+        for local, shards in zip(out["local"], out["shards"], strict=True):
+            # This process holds its own batch, split over its two devices, at its rank's offset.
+            starts = sorted(start for _, start, _ in shards)
+            assert starts == [out["process"] * per_rank, out["process"] * per_rank + per_rank // 2]
+            assert [i for _, _, part in sorted(shards, key=lambda s: s[1]) for i in part] == local
+    ids = [i for out in outs for batch in out["local"] for i in batch]
+    assert len(ids) == len(set(ids))  # the ranks' batches are disjoint parts of the epoch
