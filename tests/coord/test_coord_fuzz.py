@@ -36,7 +36,15 @@ def live_agent(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Address]:
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()
     assert ready.wait(10)
+    # A member stays connected for the whole module: between two examples (slow on a busy
+    # machine) the agent would otherwise see no client for agent_linger and shut down.
+    keeper = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    keeper.settimeout(10)
+    keeper.connect(address.name)
+    keeper.sendall(encode({**HELLO, "member": "keeper", "id": 1}))
+    assert FrameDecoder().feed(keeper.recv(65536))[0]["ok"]
     yield address
+    keeper.close()
     thread.join(10)  # the agent leaves agent_linger after its last client, by itself
     assert not thread.is_alive()
 
