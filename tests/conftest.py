@@ -5,6 +5,14 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+
+# The machines that run this suite are small and shared: a per-example deadline or a
+# "too slow" health check would fail on load, not on a bug.
+settings.register_profile(
+    "astream", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
+)
+settings.load_profile("astream")
 
 REPO = Path(__file__).resolve().parent.parent
 # CI clones main into a fresh folder with shared/ copied beside it, as in development.
