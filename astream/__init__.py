@@ -8,6 +8,8 @@ from __future__ import annotations
 import contextlib
 
 from astream import errors
+from astream._coord.config import CoordConfig
+from astream._coord.world import World
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
@@ -19,11 +21,13 @@ __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AstreamError",
+    "CoordConfig",
     "Loader",
     "LocalDataset",
     "MDSWriter",
     "Stream",
     "StreamingDataset",
+    "World",
     "__version__",
     "errors",
 ]
@@ -36,4 +40,4 @@ def _adopt(*objects: object) -> None:
             obj.__module__ = "astream"
 
 
-_adopt(LocalDataset, Loader, MDSWriter, Stream, StreamingDataset)
+_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stream, StreamingDataset, World)

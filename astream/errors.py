@@ -27,7 +27,11 @@ builtin exception describes the same failure, the astream class inherits it too,
     │   └── UploadError                     an upload failed for good
     ├── CacheError                          the local shard cache cannot do what was asked
     ├── CoordinationError                   the processes of a node could not agree
-    │   └── BarrierTimeout (TimeoutError)   a barrier did not complete in time
+    │   ├── BarrierTimeout (TimeoutError)   a barrier did not complete in time
+    │   ├── WatchdogTimeout (TimeoutError)  a wait on a shard or barrier passed its limit
+    │   ├── AgentLost                       the connection to the node agent closed
+    │   └── ProtocolError                   a peer sent bytes that are not a valid message
+    │       └── VersionMismatch             the peer runs another astream version
     ├── StateError (ValueError)             a resumption state does not fit this dataset/world
     └── WorkerError (RuntimeError)          a loader worker died or raised
 """
@@ -35,6 +39,7 @@ builtin exception describes the same failure, the astream class inherits it too,
 from __future__ import annotations
 
 __all__ = [
+    "AgentLost",
     "AstreamError",
     "BarrierTimeout",
     "CacheError",
@@ -48,6 +53,7 @@ __all__ = [
     "HashMismatchError",
     "IndexFormatError",
     "MissingExtraError",
+    "ProtocolError",
     "RemoteNotFoundError",
     "SampleError",
     "SampleIndexError",
@@ -57,6 +63,8 @@ __all__ = [
     "UnsafeTypeError",
     "UploadError",
     "UsageError",
+    "VersionMismatch",
+    "WatchdogTimeout",
     "WorkerError",
 ]
 
@@ -150,6 +158,26 @@ class CoordinationError(AstreamError):
 
 class BarrierTimeout(CoordinationError, TimeoutError):
     """A barrier did not complete in time; the message names the missing parties."""
+
+
+class WatchdogTimeout(CoordinationError, TimeoutError):
+    """A wait on a shard or barrier passed the watchdog's failure limit."""
+
+
+class AgentLost(CoordinationError):
+    """The connection to the node agent closed (it died, or shut down)."""
+
+
+class ProtocolError(CoordinationError):
+    """Bytes from a peer are not a valid frame or message of the coordination protocol."""
+
+
+class VersionMismatch(ProtocolError):
+    """The peer speaks another version of the protocol (another astream release)."""
+
+    def __init__(self, message: str, peer_version: int | None = None) -> None:
+        super().__init__(message)
+        self.peer_version = peer_version
 
 
 class StateError(AstreamError, ValueError):

@@ -13,13 +13,9 @@ from typing import Any, cast
 
 from astream import errors
 from astream._coord.wire import FrameDecoder, encode, validate_reply
-from astream.errors import CoordinationError
+from astream.errors import AgentLost, CoordinationError
 
 __all__ = ["AgentLost", "Link"]
-
-
-class AgentLost(CoordinationError):
-    """The connection to the node agent closed (it died, or shut down)."""
 
 
 def _error(body: dict[str, Any]) -> errors.AstreamError:

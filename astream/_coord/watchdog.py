@@ -17,17 +17,13 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from astream.errors import CoordinationError
+from astream.errors import WatchdogTimeout
 
 __all__ = ["WatchdogTimeout", "describe_barrier", "describe_shard", "watched"]
 
 log = logging.getLogger("astream.coord")
 T = TypeVar("T")
 Describe = Callable[[], Awaitable[str]]
-
-
-class WatchdogTimeout(CoordinationError, TimeoutError):
-    """A wait on a shard or barrier passed the watchdog's failure limit."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import struct
 from collections.abc import Mapping
 from typing import Any
 
-from astream.errors import CoordinationError
+from astream.errors import CoordinationError, ProtocolError, VersionMismatch
 
 __all__ = [
     "HEADER",
@@ -42,19 +42,13 @@ MAX_KEY = 4096
 Message = dict[str, Any]
 
 
-class ProtocolError(CoordinationError):
-    """Bytes from a peer are not a valid frame or message."""
-
-
-class VersionMismatch(CoordinationError):
-    """The peer speaks another version of the protocol (another astream release)."""
-
-    def __init__(self, peer_version: int) -> None:
-        super().__init__(
-            f"the peer speaks astream coordination protocol v{peer_version}, this process v{PROTOCOL_VERSION}: "
-            "every process of a node must run the same astream version"
-        )
-        self.peer_version = peer_version
+def version_mismatch(peer_version: int) -> VersionMismatch:
+    """The error for a peer that speaks another protocol version."""
+    return VersionMismatch(
+        f"the peer speaks astream coordination protocol v{peer_version}, this process v{PROTOCOL_VERSION}: "
+        "every process of a node must run the same astream version",
+        peer_version,
+    )
 
 
 def encode(message: Mapping[str, Any], *, version: int = PROTOCOL_VERSION) -> bytes:
@@ -91,7 +85,7 @@ class FrameDecoder:
                 if magic != MAGIC:
                     raise ProtocolError(f"bad frame magic {bytes(magic)!r}: the peer does not speak astream's protocol")
                 if version != PROTOCOL_VERSION:
-                    raise VersionMismatch(version)
+                    raise version_mismatch(version)
                 if length > self._max_frame:
                     raise ProtocolError(f"frame of {length} bytes exceeds the limit of {self._max_frame}")
                 end = HEADER.size + length

@@ -260,13 +260,14 @@ class StreamingDataset:
 
     # -- the node --------------------------------------------------------------------------
 
-    def _coord_config(self) -> CoordConfig:
+    def _coord_config(self, other_processes: bool) -> CoordConfig:
         if self.coord is not None:
             return self.coord
-        # One process per node: the agent lives on a thread of it (no interpreter to start,
-        # so the first batch comes sooner). Several ranks: its own process, so a rank busy
-        # in Python never slows the others' downloads.
-        return CoordConfig(agent_mode="thread" if self.unique_world.ranks_per_node == 1 else "process")
+        # The only process of its node: the agent lives on a thread of it (no interpreter
+        # to start, so the first batch comes sooner). Other processes (ranks, or loader
+        # worker processes): its own process, so one busy in Python never slows the others.
+        alone = self.unique_world.ranks_per_node == 1 and not other_processes
+        return CoordConfig(agent_mode="thread" if alone else "process")
 
     def _provider(self) -> CacheProviderFactory:
         total = sum(max(1, sum(sh.raw_data.bytes for sh in index.shards)) for index in self.indexes)
@@ -284,14 +285,19 @@ class StreamingDataset:
             ))
         return CacheProviderFactory(tuple(specs), self.max_concurrency)
 
-    async def node(self, worker: int = 0, workers_per_rank: int = 1) -> AsyncNodeClient:
-        """This process's client of the node agent, for the running event loop."""
+    async def node(self, worker: int = 0, workers_per_rank: int = 1, *, other_processes: bool = False) -> AsyncNodeClient:
+        """This process's client of the node agent, for the running event loop.
+
+        ``other_processes``: this rank will start loader worker processes (the agent then
+        runs in a process of its own, if this process is the one that starts it).
+        """
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
             client = AsyncNodeClient(
                 self.streams[0].local_dir, self._provider(), run_id=self.run_id,
-                world=self.unique_world.with_worker(worker, workers_per_rank), config=self._coord_config(),
+                world=self.unique_world.with_worker(worker, workers_per_rank),
+                config=self._coord_config(other_processes or workers_per_rank > 1),
             )
             await client.aconnect()
             self._clients[loop] = client

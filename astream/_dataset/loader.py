@@ -146,7 +146,7 @@ class Loader:
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
         ds = self.dataset
-        node = await ds.node()
+        node = await ds.node(other_processes=self.num_workers > 0 and self.worker_mode == "process")
         epoch, offset = await ds.begin_epoch(node)
         self.num_samples_yielded = 0
         if self.num_workers == 0:
