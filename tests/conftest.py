@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 import pytest
 from hypothesis import HealthCheck, settings
@@ -13,6 +16,16 @@ settings.register_profile(
     "astream", deadline=None, suppress_health_check=[HealthCheck.too_slow], print_blob=True
 )
 settings.load_profile("astream")
+
+def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
+    """Test modules that set ``BOTH_LOOPS = True`` run every async test on asyncio and on uvloop."""
+    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
+    if getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
+        import uvloop
+
+        factories["uvloop"] = uvloop.new_event_loop
+    return factories
+
 
 REPO = Path(__file__).resolve().parent.parent
 # CI clones main into a fresh folder with shared/ copied beside it, as in development.

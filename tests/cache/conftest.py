@@ -2,8 +2,7 @@
 
 from __future__ import annotations
 
-import asyncio
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -18,16 +17,6 @@ FAST = StorageOptions(
     retry=RetryPolicy(retries=2, backoff=0.02, max_backoff=0.2),
     chunk_size=64 << 10,
 )
-
-
-def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
-    """Modules that set ``BOTH_LOOPS = True`` run every async test on asyncio and on uvloop."""
-    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
-    if getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
-        import uvloop
-
-        factories["uvloop"] = uvloop.new_event_loop
-    return factories
 
 
 from cachekit import write_dataset  # noqa: E402

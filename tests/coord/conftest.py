@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import asyncio
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,16 +12,6 @@ from coordkit import FAST, RankProc, make_shards, start_rank
 
 from astream._coord.config import CoordConfig
 from astream.testing import LoopbackServer
-
-
-def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
-    """Modules that set ``BOTH_LOOPS = True`` run every async test on asyncio and on uvloop."""
-    factories: dict[str, Any] = {"asyncio": asyncio.new_event_loop}
-    if getattr(getattr(item, "module", None), "BOTH_LOOPS", False):
-        import uvloop
-
-        factories["uvloop"] = uvloop.new_event_loop
-    return factories
 
 
 @pytest.fixture
