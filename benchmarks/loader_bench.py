@@ -328,7 +328,7 @@ def report(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], root:
         mb = dataset_bytes(root, name) / 1e6
         workers = how[len("loader"):]
         what = "for s in ds" if how == "iter" else (
-            f"Loader(num_workers={workers})" if lib == "astream" else f"DataLoader(num_workers={workers})")
+            f"Loader(num_workers={workers})" if lib.startswith("astream") else f"DataLoader(num_workers={workers})")
         print(f"| {name} | {cache} | {what} | {lib} | {m['rate']:,.0f} | {m['rate'] * mb / len_of(name):,.1f} "
               f"| {m['first_s']:.3f} | {m['rss_mb']:,.0f} | {m['import_s']:.2f} | {m['load']:.1f} |")
     print("\nastream / mosaic (throughput: higher is better; first batch and RSS: lower is better)\n")

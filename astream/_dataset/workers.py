@@ -168,8 +168,9 @@ def _process_main(
 # batches, so a worker runs ahead while the consumer waits for a time slice, and big
 # batches cross in a few writes instead of one per 64 KiB.
 _PIPE_BYTES = 1 << 20
-# Seconds worker processes wait at most for the stand-ins' first batch before starting.
-_LAUNCH_DELAY = 0.25
+# Seconds worker processes wait at most for the stand-ins' first batch before starting
+# (on a cold cache their start would take the CPU from the first shard's download).
+_LAUNCH_DELAY = 2.0
 
 
 def _widen(conn: Connection) -> None:
