@@ -315,6 +315,7 @@ class EpochReader:
         first = 0
         hook = batch_start.get()
         if hook is not None:
+            batch_start.set(None)  # for this reader only, not for any other the job opens
             first = await hook()
             if first < 0:
                 return
