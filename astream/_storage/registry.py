@@ -15,7 +15,6 @@ from collections.abc import Callable
 from types import TracebackType
 
 from astream._storage.base import Storage, StorageOptions, TransferEvents
-from astream._storage.http import HttpStorage
 from astream._storage.local import LocalStorage
 from astream.errors import ConfigError
 
@@ -24,6 +23,14 @@ __all__ = ["StoragePool", "join_url", "register", "scheme_of", "storage_class"]
 Factory = Callable[[StorageOptions, TransferEvents | None], Storage]
 
 _SCHEME = re.compile(r"^([a-zA-Z][a-zA-Z0-9+.-]*)://")
+
+
+def _http(options: StorageOptions, events: TransferEvents | None) -> Storage:
+    # aiohttp costs ~0.1 s to import, paid by every process (workers too); import it
+    # only in processes that talk HTTP.
+    from astream._storage.http import HttpStorage
+
+    return HttpStorage(options, events)
 
 
 def _s3(options: StorageOptions, events: TransferEvents | None) -> Storage:
@@ -35,8 +42,8 @@ def _s3(options: StorageOptions, events: TransferEvents | None) -> Storage:
 _FACTORIES: dict[str, Factory] = {
     "": LocalStorage,
     "file": LocalStorage,
-    "http": HttpStorage,
-    "https": HttpStorage,
+    "http": _http,
+    "https": _http,
     "s3": _s3,
 }
 
