@@ -285,22 +285,36 @@ class StreamingDataset:
             ))
         return CacheProviderFactory(tuple(specs), self.max_concurrency)
 
-    async def node(self, worker: int = 0, workers_per_rank: int = 1, *, other_processes: bool = False) -> AsyncNodeClient:
+    async def node(
+        self, worker: int = 0, workers_per_rank: int = 1, *, other_processes: bool = False, role: str = "main"
+    ) -> AsyncNodeClient:
         """This process's client of the node agent, for the running event loop.
 
-        ``other_processes``: this rank will start loader worker processes (the agent then
-        runs in a process of its own, if this process is the one that starts it).
+        Args:
+            worker, workers_per_rank: this process's loader-worker place (``role="worker"``).
+            other_processes: this rank will start loader worker processes (the agent then
+                runs in a process of its own, if this process is the one that starts it).
+            role: ``"main"`` for a rank's own process (named ``rank<r>.main`` at the node's
+                barriers), ``"worker"`` for a loader worker (``rank<r>.worker<w>``).
         """
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
+            world = self.unique_world.with_worker(worker, workers_per_rank)
             client = AsyncNodeClient(
-                self.streams[0].local_dir, self._provider(), run_id=self.run_id,
-                world=self.unique_world.with_worker(worker, workers_per_rank),
+                self.streams[0].local_dir, self._provider(), run_id=self.run_id, world=world,
+                member=_main_member(world.rank) if role == "main" else world.member,
                 config=self._coord_config(other_processes or workers_per_rank > 1),
             )
-            await client.aconnect()
+            # Registered before it connects, so concurrent callers share one client.
             self._clients[loop] = client
+            try:
+                await client.aconnect()
+            except BaseException:
+                if self._clients.get(loop) is client:
+                    del self._clients[loop]
+                await client.aclose()
+                raise
         return client
 
     async def aclose(self) -> None:
@@ -328,7 +342,8 @@ class StreamingDataset:
                                                        self.world.num_nodes)
         if self._initial_physical_nodes is None:
             self._initial_physical_nodes = self.world.num_nodes
-        parties = list(self.unique_world.node_members(workers=False))
+        first = self.unique_world.node * self.unique_world.ranks_per_node
+        parties = [_main_member(r) for r in range(first, first + self.unique_world.ranks_per_node)]
         if resume is not None:
             await node.set_epoch(resume.epoch)
         epoch = await node.begin_epoch(parties)
@@ -389,7 +404,7 @@ class StreamingDataset:
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
     ) -> AsyncIterator[EpochReader]:
         """A reader of one worker's samples of an epoch that starts ``offset`` samples in."""
-        node = await self.node(worker, workers_per_rank)
+        node = await self.node(worker, workers_per_rank, role="worker")
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
         ids = plan.worker_ids(self.world.node, self.world.local_rank, worker)
@@ -460,6 +475,11 @@ class StreamingDataset:
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.streams)} stream(s)>"
+
+
+def _main_member(rank: int) -> str:
+    """The name of a rank's own process at the node's barriers (workers are ``rank<r>.worker<w>``)."""
+    return f"rank{rank}.main"
 
 
 def _parallel_world(world: World, replication: int | None) -> World:

@@ -14,7 +14,7 @@ import pickle
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -59,6 +59,9 @@ class _EpochJob:
     drop_last: bool
     collate_fn: Collate | None
     copy_dataset: bool
+    # While worker processes start, the consumer reads their first batches itself (see
+    # WorkerPool): the first batch no longer waits for interpreters to boot.
+    stand_in: ClassVar[bool] = True
 
     @asynccontextmanager
     async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[Any]]:
@@ -134,6 +137,11 @@ class Loader:
         self.prefetch_batches = prefetch_batches
         self.worker_mode = worker_mode
         self.num_samples_yielded = 0
+        if num_workers > 0 and worker_mode == "process":
+            # With worker processes the node agent runs in a process of its own; start it
+            # now, in the background, so it boots while the caller builds the model
+            # instead of before the first batch. Failures surface at iteration.
+            portal().submit(dataset.node(other_processes=True))
 
     # -- the async core ----------------------------------------------------------------------
 
