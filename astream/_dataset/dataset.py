@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import os
+import threading
 import uuid
 import weakref
+from collections import OrderedDict
 from collections.abc import AsyncIterator, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
@@ -192,11 +194,14 @@ class StreamingDataset:
             weakref.WeakKeyDictionary()
         )
         self._shards = OpenShards(self.sample_map)
+        self._plans: OrderedDict[tuple[Any, ...], EpochPlan] = OrderedDict()
+        self._plans_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         # The sample map holds compiled record layouts; it is rebuilt from the indexes.
-        del state["_clients"], state["_shards"], state["sample_map"]
+        for name in ("_clients", "_shards", "sample_map", "_plans", "_plans_lock"):
+            del state[name]
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -241,7 +246,14 @@ class StreamingDataset:
         ``batch_size`` is used only when the dataset has none (a loader's batch size).
         """
         ncn = self._run_ncn if self._run_ncn is not None else self.num_canonical_nodes
-        return EpochPlan(
+        key = (epoch, sample_in_epoch, workers_per_rank, self.batch_size or batch_size or 1, ncn, self._run_seed,
+               self._initial_physical_nodes)
+        with self._plans_lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+        plan = EpochPlan(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
              for s, sizes in zip(self.streams, self.sample_map.stream_shard_sizes(), strict=True)],
             shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=self._run_seed,
@@ -253,6 +265,13 @@ class StreamingDataset:
             sampling_method=self.sampling_method, sampling_granularity=self.sampling_granularity,
             batching_method=self.batching_method,
         )
+        # A plan caches the epoch's shuffle, which every query of the epoch (len, batch_ids,
+        # the reader) shares; recomputing it costs tens of milliseconds per call.
+        with self._plans_lock:
+            self._plans[key] = plan
+            while len(self._plans) > 4:
+                self._plans.popitem(last=False)
+        return plan
 
     def resolved_predownload(self, batch_size: int | None = None) -> int:
         value = resolve_predownload(self.predownload, batch_size or self.batch_size)
