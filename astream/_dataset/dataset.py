@@ -464,6 +464,21 @@ class StreamingDataset:
             raise SampleIndexError(f"sample {index} is out of range for a dataset of {size} samples")
         return i
 
+    def _check_indexes(self, ids: Sequence[int] | np.ndarray) -> np.ndarray:
+        """Validate sample indexes at once (negative ones count from the end)."""
+        raw = np.asarray(ids)
+        if raw.size and (raw.dtype.kind not in "iu" or raw.dtype == np.bool_):
+            raise ConfigError(f"sample indexes must be integers, got an array of {raw.dtype}")
+        array = raw.reshape(-1).astype(np.int64)
+        size = self.size
+        array = np.where(array < 0, array + size, array)
+        bad = np.flatnonzero((array < 0) | (array >= size))
+        if bad.size:
+            raise SampleIndexError(
+                f"sample {raw.reshape(-1)[bad[0]]} is out of range for a dataset of {size} samples"
+            )
+        return array
+
     async def aget(self, index: int) -> dict[str, Any]:
         """Sample ``index`` (global over streams), fetching its shard if needed."""
         i = self._check_index(index)
@@ -481,7 +496,7 @@ class StreamingDataset:
 
     async def aget_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
-        array = np.asarray([self._check_index(int(i)) for i in np.asarray(ids).reshape(-1)], np.int64)
+        array = self._check_indexes(ids)
         node = await self.node()
         async with EpochReader(node, self.sample_map, array, max(1, len(array)), self.max_concurrency,
                                self._shards) as reader:

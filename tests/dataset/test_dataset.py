@@ -186,3 +186,13 @@ def test_batch_ids_match_iteration(dataset: StreamingDataset, workers: int, drop
 def test_loader_batch_size_must_match_the_plan(dataset: StreamingDataset) -> None:
     with pytest.raises(ConfigError, match="differs from the dataset's batch_size=8"):
         Loader(dataset, batch_size=7)
+
+
+def test_get_batch_checks_indexes_at_once(dataset: StreamingDataset) -> None:
+    batch = dataset.get_batch(np.array([-1, 0, 5]))
+    assert batch["id"].tolist() == [N - 1, 0, 5]
+    with pytest.raises(IndexError, match=f"sample {N} is out of range"):
+        dataset.get_batch([1, N])
+    with pytest.raises(ConfigError, match="integers"):
+        dataset.get_batch(np.array([1.5]))
+    assert dataset.get_batch([]) == {}
