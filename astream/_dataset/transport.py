@@ -1,9 +1,21 @@
-"""Moving batches between processes with one copy of the array data.
+"""Moving batches between processes with at most one copy of the array data.
 
 A batch (a dict of NumPy arrays and lists) is pickled with protocol 5 and its array
-buffers are taken out of band, then sent over a pipe as separate messages: the
-arrays' bytes go from the producer's memory into the pipe and from the pipe into a
+buffers are taken out of band. Small buffers then go over a pipe as separate messages:
+the arrays' bytes go from the producer's memory into the pipe and from the pipe into a
 fresh writable buffer of the consumer, with no pickled copy in between.
+
+Large buffers (:data:`FD_MIN_BYTES` and more, on Linux) skip the pipe: the producer
+writes each into an anonymous file (``memfd_create``: no name anywhere, nothing that
+outlives the processes holding it, even after a SIGKILL) and passes its descriptor
+over a Unix socket (``SCM_RIGHTS``) beside the pipe; the consumer maps the file and
+rebuilds the array over the mapping (writable, ``MAP_SHARED``: the file is the
+consumer's alone once received), then closes the descriptor. The data is copied once,
+by the producer, instead of into and out of the pipe. The consumer acknowledges each
+message that carried descriptors, and a producer keeps at most :data:`FD_IN_FLIGHT`
+of those unacknowledged: the pipe's back-pressure, which such messages barely load,
+is kept that way. Where ``memfd_create`` or descriptor passing is missing, or a file
+cannot be made, buffers go through the pipe as before.
 
 A worker sends from its event loop through :class:`PipeWriter` (non-blocking, with the
 loop's flow control), in the framing of :class:`multiprocessing.connection.Connection`,
@@ -14,57 +26,221 @@ while the loop is busy decoding the next batch.
 
 from __future__ import annotations
 
+import array
 import asyncio
+import contextlib
+import ctypes
+import mmap
 import os
 import pickle
+import socket
 import struct
+import sys
+import weakref
 from multiprocessing.connection import Connection
 from typing import Any
 
-__all__ = ["PipeWriter", "recv_object", "send_object"]
+__all__ = [
+    "FD_IN_FLIGHT", "FD_MIN_BYTES", "PipeWriter", "TransportError", "fd_passing_supported",
+    "recv_object", "send_object",
+]
 
 _COUNT = struct.Struct("<I")
 _SIZE = struct.Struct("<Q")
+# Set in a buffer's size: the buffer travels as a descriptor, not through the pipe.
+_VIA_FD = 1 << 63
+
+# Buffers this large or larger travel as anonymous files.
+FD_MIN_BYTES = 256 * 1024
+# Messages with descriptors a producer may have sent and the consumer not yet received.
+FD_IN_FLIGHT = 2
+_FDS_PER_SEND = 250  # the kernel takes at most 253 descriptors per message (SCM_MAX_FD)
+_ACK = b"\x01"
 
 
-def _messages(obj: Any) -> list[bytes | memoryview]:
-    """The messages that carry ``obj``: the pickle with the buffer sizes, then each buffer."""
+class TransportError(Exception):
+    """A message could not be received whole (e.g. its descriptors were refused)."""
+
+
+def _libc_mapping() -> tuple[Any, Any] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        map_ = libc.mmap
+        unmap = libc.munmap
+    except (OSError, AttributeError):  # pragma: no cover - unusual libc
+        return None
+    map_.restype = ctypes.c_void_p
+    map_.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    unmap.restype = ctypes.c_int
+    unmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    return map_, unmap
+
+
+# mmap(2) through ctypes, not mmap.mmap: that keeps a duplicate of the descriptor open for
+# as long as the mapping lives, and a consumer holding many batches would run out of them.
+_LIBC = _libc_mapping()
+_MAP_FAILED = ctypes.c_void_p(-1).value
+_PAGE = mmap.PAGESIZE
+
+
+def fd_passing_supported() -> bool:
+    """Whether large buffers can travel as anonymous files here."""
+    return (
+        _LIBC is not None
+        and hasattr(os, "memfd_create")
+        and hasattr(socket, "CMSG_SPACE")
+        and hasattr(socket, "SCM_RIGHTS")
+        and hasattr(socket, "AF_UNIX")
+    )
+
+
+def _pickled(obj: Any) -> tuple[bytes, list[memoryview]]:
     buffers: list[pickle.PickleBuffer] = []
     payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    raws = [buf.raw() for buf in buffers]
-    sizes = b"".join(_SIZE.pack(r.nbytes) for r in raws)
-    return [_COUNT.pack(len(raws)) + sizes + payload, *raws]
+    return payload, [buf.raw() for buf in buffers]
 
 
-def send_object(conn: Connection, obj: Any) -> None:
-    """Send ``obj`` (a batch, an error report...) over ``conn``."""
-    for message in _messages(obj):
-        conn.send_bytes(message)
+def _head(payload: bytes, raws: list[memoryview], via_fd: set[int]) -> bytes:
+    sizes = b"".join(_SIZE.pack(r.nbytes | (_VIA_FD if i in via_fd else 0)) for i, r in enumerate(raws))
+    return _COUNT.pack(len(raws)) + sizes + payload
+
+
+def _memfd(raw: memoryview) -> int | None:
+    """An anonymous file holding ``raw``'s bytes, or None where one cannot be made."""
+    try:
+        fd = os.memfd_create("astream-batch", os.MFD_CLOEXEC)
+    except (OSError, AttributeError):
+        return None
+    try:
+        done, n = 0, raw.nbytes
+        while done < n:
+            done += os.write(fd, raw[done:])
+    except OSError:
+        os.close(fd)
+        return None
+    return fd
+
+
+def _send_fds(channel: socket.socket, fds: list[int]) -> None:
+    for i in range(0, len(fds), _FDS_PER_SEND):
+        ancdata = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", fds[i : i + _FDS_PER_SEND]))]
+        try:
+            channel.sendmsg([_ACK], ancdata)
+        except BlockingIOError:  # not with the credits (a few bytes queued at most); wait if so
+            blocking = channel.getblocking()
+            channel.setblocking(True)
+            try:
+                channel.sendmsg([_ACK], ancdata)
+            finally:
+                channel.setblocking(blocking)
+
+
+class _Credits:
+    """The producer's count of messages with descriptors the consumer has not acknowledged."""
+
+    def __init__(self, channel: socket.socket) -> None:
+        self.channel = channel
+        self.unacked = 0
+
+    def take_acks(self, data: bytes) -> None:
+        if not data:
+            raise BrokenPipeError("the consumer closed the descriptor channel")
+        self.unacked = max(0, self.unacked - len(data))
+
+    def drain(self) -> None:
+        """Count the acknowledgements already there, without waiting."""
+        while self.unacked:
+            try:
+                data = self.channel.recv(4096, socket.MSG_DONTWAIT)
+            except (BlockingIOError, InterruptedError):
+                return
+            self.take_acks(data)
+
+    def send(self, raws: list[memoryview]) -> set[int]:
+        """Send the large buffers of ``raws`` as files (credit taken); the indices sent."""
+        fds: dict[int, int] = {}
+        try:
+            for i, raw in enumerate(raws):
+                if raw.nbytes >= FD_MIN_BYTES:
+                    fd = _memfd(raw)
+                    if fd is None:
+                        break  # no files here (now): the rest go through the pipe
+                    fds[i] = fd
+            if fds:
+                _send_fds(self.channel, list(fds.values()))
+                self.unacked += 1
+        finally:
+            for fd in fds.values():
+                os.close(fd)  # the consumer has its own now (or the message failed)
+        return set(fds)
+
+
+def _wants_fds(channel: socket.socket | None, raws: list[memoryview]) -> bool:
+    return channel is not None and any(r.nbytes >= FD_MIN_BYTES for r in raws)
+
+
+_SYNC_CREDITS: weakref.WeakKeyDictionary[socket.socket, _Credits] = weakref.WeakKeyDictionary()
+
+
+def send_object(conn: Connection, obj: Any, channel: socket.socket | None = None) -> None:
+    """Send ``obj`` (a batch, an error report...) over ``conn`` (blocking).
+
+    With ``channel`` (the producer's end of a Unix socket pair beside ``conn``), large
+    buffers travel as anonymous files over it. Meant for one sender per ``channel``.
+    """
+    payload, raws = _pickled(obj)
+    via_fd: set[int] = set()
+    if channel is not None and _wants_fds(channel, raws) and fd_passing_supported():
+        credits = _SYNC_CREDITS.get(channel)
+        if credits is None:
+            credits = _SYNC_CREDITS[channel] = _Credits(channel)
+        credits.drain()
+        while credits.unacked >= FD_IN_FLIGHT:
+            credits.take_acks(channel.recv(4096))
+        via_fd = credits.send(raws)
+    conn.send_bytes(_head(payload, raws, via_fd))
+    for i, raw in enumerate(raws):
+        if i not in via_fd:
+            conn.send_bytes(raw)
 
 
 _LENGTH = struct.Struct("!i")
 _LONG_LENGTH = struct.Struct("!Q")
 
 
+def _frame(message: bytes | memoryview, frames: list[bytes | memoryview]) -> None:
+    n = memoryview(message).nbytes
+    frames.append(_LENGTH.pack(n) if n <= 0x7FFFFFFF else _LENGTH.pack(-1) + _LONG_LENGTH.pack(n))
+    frames.append(message)
+
+
 class PipeWriter(asyncio.Protocol):
     """Send objects over a pipe from an event loop, for :func:`recv_object` to read.
 
     Use :meth:`open` on the writing end of a ``Pipe(duplex=False)``; the connection must
-    not be used directly afterwards (its descriptor is non-blocking then).
+    not be used directly afterwards (its descriptor is non-blocking then). With
+    ``channel`` (the producer's end of a Unix socket pair), large buffers travel as
+    anonymous files over it; the socket is made non-blocking.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, channel: socket.socket | None = None) -> None:
         self._transport: Any = None  # uvloop's transports are no asyncio.WriteTransport
         self._paused = False
         self._waiters: list[asyncio.Future[None]] = []
         self._lost: BaseException | None = None
         self._closed: asyncio.Future[None] | None = None
+        self._credits: _Credits | None = None
+        if channel is not None and fd_passing_supported():
+            channel.setblocking(False)
+            self._credits = _Credits(channel)
 
     @classmethod
-    async def open(cls, conn: Connection) -> PipeWriter:
+    async def open(cls, conn: Connection, channel: socket.socket | None = None) -> PipeWriter:
         loop = asyncio.get_running_loop()
         pipe = os.fdopen(os.dup(conn.fileno()), "wb", buffering=0)
-        _, protocol = await loop.connect_write_pipe(cls, pipe)
+        _, protocol = await loop.connect_write_pipe(lambda: cls(channel), pipe)
         return protocol
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -91,15 +267,35 @@ class PipeWriter(asyncio.Protocol):
             if not fut.done():
                 fut.set_result(None)
 
-    async def send(self, obj: Any) -> None:
-        """Queue ``obj`` on the pipe; wait while more than the loop's high-water mark is queued."""
+    def _check(self) -> None:
         if self._lost is not None or self._transport is None:
             raise BrokenPipeError("the consumer closed the pipe")
+
+    async def _credit(self, credits: _Credits) -> None:
+        """Wait until another message with descriptors may go."""
+        credits.drain()
+        loop = asyncio.get_running_loop()
+        while credits.unacked >= FD_IN_FLIGHT:
+            credits.take_acks(await loop.sock_recv(credits.channel, 4096))
+            self._check()
+
+    async def send(self, obj: Any) -> None:
+        """Queue ``obj`` on the pipe; wait while more than the loop's high-water mark is queued."""
+        self._check()
+        payload, raws = _pickled(obj)
+        via_fd: set[int] = set()
+        credits = self._credits
+        if credits is not None and _wants_fds(credits.channel, raws):
+            await self._credit(credits)
+            self._check()
+            # From here to the pipe, nothing awaits: the descriptors and the head that
+            # announces them go out in the same order, whoever else sends.
+            via_fd = credits.send(raws)
         frames: list[bytes | memoryview] = []
-        for message in _messages(obj):
-            n = memoryview(message).nbytes
-            frames.append(_LENGTH.pack(n) if n <= 0x7FFFFFFF else _LENGTH.pack(-1) + _LONG_LENGTH.pack(n))
-            frames.append(message)
+        _frame(_head(payload, raws, via_fd), frames)
+        for i, raw in enumerate(raws):
+            if i not in via_fd:
+                _frame(raw, frames)
         self._transport.writelines(frames)
         while self._paused and self._lost is None:
             fut = asyncio.get_running_loop().create_future()
@@ -117,19 +313,82 @@ class PipeWriter(asyncio.Protocol):
             await self._closed
 
 
-def recv_object(conn: Connection) -> Any:
-    """Receive one object sent by :func:`send_object` (blocking)."""
+def _recv_fds(channel: socket.socket, count: int) -> list[int]:
+    fds: list[int] = []
+    try:
+        while len(fds) < count:
+            want = min(_FDS_PER_SEND, count - len(fds))
+            flags = getattr(socket, "MSG_CMSG_CLOEXEC", 0)
+            data, ancdata, msg_flags, _ = channel.recvmsg(1, socket.CMSG_SPACE(want * 4), flags)
+            for level, kind, cdata in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    got = array.array("i")
+                    got.frombytes(cdata[: len(cdata) - len(cdata) % got.itemsize])
+                    fds.extend(got)
+            if not data and not ancdata:
+                raise EOFError("the producer closed the descriptor channel")
+            if msg_flags & getattr(socket, "MSG_CTRUNC", 0):
+                raise TransportError("descriptors of a batch were refused (too many open files?)")
+        if len(fds) != count:
+            raise TransportError(f"expected {count} descriptors with a batch, got {len(fds)}")
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    return fds
+
+
+def _map(fd: int, size: int) -> memoryview:
+    """A writable view of the first ``size`` bytes of file ``fd``, alive as long as it is."""
+    assert _LIBC is not None
+    map_, unmap = _LIBC
+    length = -(-size // _PAGE) * _PAGE  # whole pages: fewer ctypes array types to cache
+    addr = map_(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), fd, 0)
+    if addr is None or addr == _MAP_FAILED:
+        err = ctypes.get_errno()
+        raise TransportError(f"could not map a batch's buffer of {size} bytes: {os.strerror(err)}")
+    pages = (ctypes.c_ubyte * length).from_address(addr)
+    # Unmapped once nothing refers to it (any array over it holds a reference); never at
+    # exit, while objects over it may still be in use.
+    weakref.finalize(pages, unmap, addr, length).atexit = False
+    return memoryview(pages).cast("B")[:size]
+
+
+def recv_object(conn: Connection, channel: socket.socket | None = None) -> Any:
+    """Receive one object sent by :func:`send_object` or :class:`PipeWriter` (blocking).
+
+    ``channel`` is the consumer's end of the socket pair the producer sends files over.
+    """
     head = conn.recv_bytes()
     (count,) = _COUNT.unpack_from(head)
     sizes = [_SIZE.unpack_from(head, _COUNT.size + i * _SIZE.size)[0] for i in range(count)]
-    buffers = []
-    for size in sizes:
-        # Received straight into a writable buffer: the arrays rebuilt over it are writable
-        # and the data is copied once (pipe -> buffer).
-        buf = bytearray(size)
-        if size:
-            conn.recv_bytes_into(buf)
-        else:
-            conn.recv_bytes()
-        buffers.append(buf)
+    wanted = sum(1 for size in sizes if size & _VIA_FD)
+    fds: list[int] = []
+    if wanted:
+        if channel is None:
+            raise TransportError("a batch came with descriptors but there is no channel for them")
+        fds = _recv_fds(channel, wanted)
+        with contextlib.suppress(OSError):
+            channel.sendall(_ACK)  # the producer may send the next one
+    buffers: list[Any] = []
+    try:
+        for size in sizes:
+            if size & _VIA_FD:
+                fd = fds.pop(0)
+                try:
+                    buffers.append(_map(fd, size & ~_VIA_FD))
+                finally:
+                    os.close(fd)
+                continue
+            # Received straight into a writable buffer: the arrays rebuilt over it are writable
+            # and the data is copied once (pipe -> buffer).
+            buf = bytearray(size)
+            if size:
+                conn.recv_bytes_into(buf)
+            else:
+                conn.recv_bytes()
+            buffers.append(buf)
+    finally:
+        for fd in fds:
+            os.close(fd)
     return pickle.loads(memoryview(head)[_COUNT.size + count * _SIZE.size :], buffers=buffers)

@@ -26,7 +26,9 @@ import asyncio
 import concurrent.futures
 import contextlib
 import multiprocessing as mp
+import os
 import pickle
+import socket
 import struct
 import threading
 import traceback
@@ -41,7 +43,7 @@ try:
     import fcntl
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
-from astream._dataset.transport import PipeWriter, recv_object
+from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WorkerJob", "WorkerPool"]
@@ -122,20 +124,29 @@ def _describe(exc: BaseException, worker_id: int) -> str:
     return f"loader worker {worker_id} raised {type(exc).__name__}: {exc}\n\nworker traceback:\n{text}"
 
 
+def _socket_of(conn: Connection) -> socket.socket:
+    """The socket under a duplex connection (which is closed)."""
+    sock = socket.socket(fileno=os.dup(conn.fileno()))
+    conn.close()
+    return sock
+
+
 def _process_main(
     payload: bytes, worker_id: int, conn: Connection, loop_factory: Callable[[], Any],
-    control: Connection | None = None,
+    control: Connection | None = None, files: Connection | None = None,
 ) -> None:
     job: WorkerJob = pickle.loads(payload)
     loop = loop_factory()
     writer: PipeWriter | None = None
+    # Large buffers go as anonymous files over this socket (see transport).
+    channel = _socket_of(files) if files is not None else None
 
     async def emit(msg: tuple[str, Any]) -> None:
         # Written from the loop without blocking it (a full pipe suspends this task only:
         # that is the back-pressure, and the loop keeps prefetching shards meanwhile).
         nonlocal writer
         if writer is None:
-            writer = await PipeWriter.open(conn)
+            writer = await PipeWriter.open(conn, channel)
         await writer.send(msg)
 
     async def start() -> int:
@@ -162,6 +173,8 @@ def _process_main(
         conn.close()
         if control is not None:
             control.close()
+        if channel is not None:
+            channel.close()
 
 
 # Bytes a worker's pipe holds (Linux; the default is 64 KiB): room for dozens of small
@@ -216,6 +229,7 @@ class WorkerPool:
         self._thread_tasks: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[None]]] = []
         self._stand_in = mode == "process" and bool(getattr(job, "stand_in", False))
         self._controls: list[Connection] = []
+        self._channels: list[socket.socket] = []  # the consumer's ends of the file sockets
         self._stand_ins: list[asyncio.Task[None]] = []
         self._produced: list[int] = []
         self._stand_in_done: list[bool] = []
@@ -262,9 +276,15 @@ class WorkerPool:
                 if self._stand_in:
                     control_in, control_out = ctx.Pipe(duplex=False)
                     self._controls.append(control_out)
+                files_in: Connection | None = None
+                channel: socket.socket | None = None
+                if fd_passing_supported():
+                    files_out, files_in = ctx.Pipe(duplex=True)  # a Unix socket pair
+                    channel = _socket_of(files_out)
+                    self._channels.append(channel)
                 proc = ctx.Process(  # type: ignore[attr-defined]
                     target=_process_main,
-                    args=(payload, wid, child, self._loop_factory, control_in),
+                    args=(payload, wid, child, self._loop_factory, control_in, files_in),
                     name=f"astream-worker-{wid}",
                     daemon=True,
                 )
@@ -274,7 +294,8 @@ class WorkerPool:
                 # forkserver, which takes as long as an interpreter's start and imports,
                 # and the loop must not wait for that (stand-ins work meanwhile).
                 reader = threading.Thread(
-                    target=self._start_and_read, args=(wid, parent, proc, loop, (child, control_in)),
+                    target=self._start_and_read,
+                    args=(wid, parent, channel, proc, loop, (child, control_in, files_in)),
                     name=f"astream-reader-{wid}", daemon=True,
                 )
                 reader.start()
@@ -301,9 +322,15 @@ class WorkerPool:
             return False  # the consumer's loop is closed
         return True
 
-    def _recv(self, wid: int, conn: Connection, proc: Any) -> tuple[str, Any] | None:
+    def _recv(
+        self, wid: int, conn: Connection, channel: socket.socket | None, proc: Any,
+    ) -> tuple[str, Any] | None:
         try:
-            msg: tuple[str, Any] = recv_object(conn)
+            msg: tuple[str, Any] = recv_object(conn, channel)
+        except TransportError as exc:
+            if self._stopping.is_set():
+                return None
+            msg = ("error", f"loader worker {wid} (pid {proc.pid}): a batch could not be received: {exc}")
         except (EOFError, OSError):
             if self._stopping.is_set():
                 return None
@@ -316,8 +343,8 @@ class WorkerPool:
         return msg
 
     def _start_and_read(
-        self, wid: int, conn: Connection, proc: Any, loop: asyncio.AbstractEventLoop,
-        child_ends: tuple[Connection, Connection | None],
+        self, wid: int, conn: Connection, channel: socket.socket | None, proc: Any,
+        loop: asyncio.AbstractEventLoop, child_ends: tuple[Connection, Connection | None, Connection | None],
     ) -> None:
         # With stand-ins, the interpreters start once the first batch is on its way (or after
         # _LAUNCH_DELAY): before, they would only take the CPU from it.
@@ -344,15 +371,18 @@ class WorkerPool:
         if self._stopping.is_set():  # closed while it started: aclose may have missed it
             proc.terminate()
             return
-        self._read_pipe(wid, conn, proc, loop)
+        self._read_pipe(wid, conn, channel, proc, loop)
 
     def _cancel_stand_in(self, wid: int) -> None:
         if not self._stand_in_done[wid]:
             self._stand_ins[wid].cancel()
 
-    def _read_pipe(self, wid: int, conn: Connection, proc: Any, loop: asyncio.AbstractEventLoop) -> None:
+    def _read_pipe(
+        self, wid: int, conn: Connection, channel: socket.socket | None, proc: Any,
+        loop: asyncio.AbstractEventLoop,
+    ) -> None:
         if self._stand_in:
-            msg = self._recv(wid, conn, proc)
+            msg = self._recv(wid, conn, channel, proc)
             if msg is None:
                 return
             decision: concurrent.futures.Future[int] = concurrent.futures.Future()
@@ -370,7 +400,7 @@ class WorkerPool:
             else:
                 return
         while self._take_slot(wid):
-            msg = self._recv(wid, conn, proc)
+            msg = self._recv(wid, conn, channel, proc)
             if msg is None or not self._hand_over(wid, msg, loop) or msg[0] != "batch":
                 return
 
@@ -477,6 +507,8 @@ class WorkerPool:
         await asyncio.to_thread(self._join_all)
         for conn in [*self._conns, *self._controls]:
             conn.close()  # only now: closing under a reading thread is not safe
+        for channel in self._channels:
+            channel.close()
 
     def _join_all(self) -> None:
         for thread in self._threads:

@@ -1,12 +1,32 @@
 from __future__ import annotations
 
+import asyncio
+import ctypes
 import multiprocessing as mp
+import os
+import signal
+import socket
 import threading
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from multiprocessing.connection import Connection
 
 import numpy as np
+import pytest
 
 from astream._dataset.collate import collate_samples, concat_batches
-from astream._dataset.transport import recv_object, send_object
+from astream._dataset.transport import (
+    FD_IN_FLIGHT,
+    FD_MIN_BYTES,
+    PipeWriter,
+    fd_passing_supported,
+    recv_object,
+    send_object,
+)
+from astream._dataset.workers import WorkerPool
+from astream.errors import WorkerError
 
 
 def test_batch_round_trips_through_a_pipe_writable() -> None:
@@ -63,3 +83,144 @@ def test_concat_batches_joins_arrays_and_lists() -> None:
     mixed = concat_batches([{"x": np.zeros((1, 2))}, {"x": np.zeros((1, 3))}])
     assert isinstance(mixed["x"], list)
     assert len(mixed["x"]) == 2
+
+
+def _fd_count() -> int:
+    return len(os.listdir("/proc/self/fd"))
+
+
+def _root(arr: np.ndarray) -> object:
+    """What an array's memory belongs to, under the arrays and views over it."""
+    base: object = arr
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    return base
+
+
+@pytest.fixture
+def channels() -> Iterator[tuple[Connection, Connection, socket.socket, socket.socket]]:
+    """A pipe (reading end, writing end) and the socket pair beside it (producer's, consumer's)."""
+    a, b = mp.Pipe(duplex=False)
+    theirs, ours = socket.socketpair()
+    try:
+        yield a, b, theirs, ours
+    finally:
+        for end in (a, b, theirs, ours):
+            end.close()
+
+
+@pytest.mark.skipif(not fd_passing_supported(), reason="no memfd_create / descriptor passing here")
+def test_large_buffers_travel_as_files_small_ones_through_the_pipe(
+    channels: tuple[Connection, Connection, socket.socket, socket.socket],
+) -> None:
+    a, b, theirs, ours = channels
+    big = np.arange(FD_MIN_BYTES // 4 + 123, dtype=np.float32)  # over the threshold
+    small = np.arange(1000, dtype=np.int64)
+    before = _fd_count()
+    got = []
+    for _ in range(FD_IN_FLIGHT + 3):  # more than the credits: the acks come back
+        batch = {"big": big, "small": small, "s": ["x"]}
+        t = threading.Thread(target=send_object, args=(b, batch, theirs))
+        t.start()
+        got.append(recv_object(a, ours))
+        t.join()
+    for item in got:
+        np.testing.assert_array_equal(item["big"], big)
+        np.testing.assert_array_equal(item["small"], small)
+        assert item["s"] == ["x"]
+        assert item["big"].flags.writeable
+        assert item["small"].flags.writeable
+        # The large one is a mapping of its own, the small one a buffer read from the pipe.
+        assert isinstance(_root(item["small"]), bytearray)
+        assert isinstance(_root(item["big"]), ctypes.Array)
+        item["big"][:] = 7  # writable for real, and private to this batch
+    assert all(int(item["big"][0]) == 7 for item in got)
+    assert _fd_count() == before  # the descriptors are closed once mapped
+
+
+@pytest.mark.skipif(not fd_passing_supported(), reason="no memfd_create / descriptor passing here")
+def test_large_buffers_through_a_pipe_writer_with_back_pressure(
+    channels: tuple[Connection, Connection, socket.socket, socket.socket],
+) -> None:
+    a, b, theirs, ours = channels
+    arrays = [np.full(FD_MIN_BYTES, i, dtype=np.uint8) for i in range(FD_IN_FLIGHT + 4)]
+    sent: list[int] = []
+
+    async def produce() -> None:
+        writer = await PipeWriter.open(b, theirs)
+        for i, arr in enumerate(arrays):
+            await writer.send({"i": i, "x": arr})
+            sent.append(i)
+        await writer.aclose()
+
+    t = threading.Thread(target=asyncio.run, args=(produce(),))
+    t.start()
+    deadline = time.monotonic() + 10
+    while len(sent) < FD_IN_FLIGHT and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    # Nothing received yet: the producer sent as many as its credits allow, then waits.
+    assert len(sent) == FD_IN_FLIGHT
+    for i in range(len(arrays)):
+        got = recv_object(a, ours)
+        assert got["i"] == i
+        np.testing.assert_array_equal(got["x"], arrays[i])
+    t.join(timeout=10)
+    assert not t.is_alive()
+
+
+@dataclass
+class BigJob:
+    """Worker w yields ``counts[w]`` batches with a large array full of w*100 + i."""
+
+    counts: tuple[int, ...]
+    die_worker: int | None = None
+    die_after: int = 0
+
+    @asynccontextmanager
+    async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
+        async def gen() -> AsyncIterator[dict[str, np.ndarray]]:
+            for i in range(self.counts[worker_id]):
+                if worker_id == self.die_worker and i == self.die_after:
+                    os.kill(os.getpid(), signal.SIGKILL)
+                await asyncio.sleep(0)
+                value = worker_id * 100 + i
+                yield {"big": np.full(FD_MIN_BYTES // 4 + 5, value, np.float32), "small": np.array([value])}
+
+        yield gen()
+
+
+async def _collect_big(job: BigJob, n: int) -> list[dict]:
+    async with WorkerPool(job, n, "process", prefetch=2, loop_factory=asyncio.new_event_loop) as pool:
+        return [b async for b in pool.batches()]
+
+
+async def test_large_batches_from_worker_processes_in_order() -> None:
+    batches = await asyncio.wait_for(_collect_big(BigJob((6, 2, 5)), 3), 60)
+    expected = [0, 100, 200, 1, 101, 201, 2, 202, 3, 203, 4, 204, 5]
+    assert [int(b["small"][0]) for b in batches] == expected
+    for b, value in zip(batches, expected, strict=True):
+        assert b["big"].flags.writeable
+        assert (b["big"] == value).all()
+        assert b["big"].shape == (FD_MIN_BYTES // 4 + 5,)
+        if fd_passing_supported():
+            assert isinstance(_root(b["big"]), ctypes.Array)
+
+
+async def test_worker_killed_between_large_batches_surfaces() -> None:
+    with pytest.raises(WorkerError, match="died without a word"):
+        await asyncio.wait_for(_collect_big(BigJob((40, 40), die_worker=1, die_after=7), 2), 60)
+
+
+async def test_early_close_with_large_batches_in_flight() -> None:
+    pool = WorkerPool(BigJob((10_000, 10_000)), 2, "process", prefetch=2, loop_factory=asyncio.new_event_loop)
+    async with pool:
+        got = 0
+        async for _ in pool.batches():
+            got += 1
+            if got == 5:
+                break
+    for proc in pool._procs:
+        assert not proc.is_alive()
+    for thread in pool._threads:
+        assert not thread.is_alive()
