@@ -19,11 +19,12 @@ from astream.errors import ConfigError
 __all__ = ["Stream", "default_cache_dir"]
 
 
-def default_cache_dir(remote: str, split: str | None) -> str:
+def default_cache_dir(remote: str) -> str:
     """Where a stream without ``local`` is cached: one folder per remote.
 
     ``$ASTREAM_CACHE_DIR`` if set, else ``<tmp>/astream``; inside it a folder named by a
-    digest of the remote URL (so two remotes never share a cache).
+    digest of the remote URL (so two remotes never share a cache). A split is a
+    sub-folder of it, as of any local directory.
     """
     base = os.environ.get("ASTREAM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "astream")
     return os.path.join(base, xxhash.xxh64(remote.rstrip("/").encode()).hexdigest())
@@ -96,7 +97,7 @@ class Stream:
         if self.local is not None:
             return self.local
         assert self.remote is not None
-        return default_cache_dir(self.remote, self.split)
+        return default_cache_dir(self.remote)
 
     def inherit(
         self, *, download_retry: int, download_timeout: float, validate_hash: str | None, keep_zip: bool

@@ -196,3 +196,18 @@ def test_get_batch_checks_indexes_at_once(dataset: StreamingDataset) -> None:
     with pytest.raises(ConfigError, match="integers"):
         dataset.get_batch(np.array([1.5]))
     assert dataset.get_batch([]) == {}
+
+
+def test_remote_without_local_gets_a_cache_folder_per_remote(
+    remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("ASTREAM_CACHE_DIR", str(tmp_path / "caches"))
+    with LoopbackServer(str(remote)) as server:
+        ds = StreamingDataset(remote=server.url)
+        try:
+            assert ds.streams[0].local_dir.startswith(str(tmp_path / "caches"))
+            assert int(ds[3]["id"]) == 3
+            assert (Path(ds.streams[0].local_dir) / "index.json").exists()
+        finally:
+            ds.close()
+    assert Stream(remote="http://a/x").local_dir != Stream(remote="http://a/y").local_dir
