@@ -31,6 +31,7 @@ __all__ = [
     "StorageOptions",
     "TransferEvents",
     "Transient",
+    "check_remote_size",
     "with_retries",
 ]
 
@@ -256,3 +257,16 @@ class Storage(abc.ABC):
                 ResourceWarning,
                 stacklevel=2,
             )
+
+
+def check_remote_size(url: str, total: int, size: int | None) -> None:
+    """Refuse a remote object whose size differs from what index.json recorded.
+
+    Raises:
+        DownloadError: the sizes differ (the dataset changed after its index was written).
+    """
+    if size is not None and total != size:
+        raise DownloadError(
+            f"{url}: the remote object is {total} bytes but index.json says {size}; "
+            "the dataset changed after its index was written (re-create the index or the cache)"
+        )

@@ -17,7 +17,14 @@ from collections.abc import AsyncIterator
 
 import aiohttp
 
-from astream._storage.base import Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.base import (
+    Storage,
+    StorageOptions,
+    TransferEvents,
+    Transient,
+    check_remote_size,
+    with_retries,
+)
 from astream._storage.retry import parse_retry_after
 from astream._storage.sink import Sink
 from astream.errors import DownloadError, RemoteNotFoundError, UploadError, UsageError
@@ -144,11 +151,7 @@ class HttpStorage(Storage):
             raise _status_error(url, resp)
         if total < 0:
             total = size if size is not None else -1
-        if size is not None and total != size:
-            raise DownloadError(
-                f"{url}: the remote object is {total} bytes but index.json says {size}; "
-                "the dataset changed after its index was written (re-create the index or the cache)"
-            )
+        check_remote_size(url, total, size)
         return total
 
     async def read_bytes(self, url: str) -> bytes:

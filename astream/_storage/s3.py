@@ -18,7 +18,14 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
-from astream._storage.base import Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.base import (
+    Storage,
+    StorageOptions,
+    TransferEvents,
+    Transient,
+    check_remote_size,
+    with_retries,
+)
 from astream._storage.sink import Sink
 from astream.errors import DownloadError, MissingExtraError, RemoteNotFoundError, UploadError, UsageError
 
@@ -168,11 +175,7 @@ class S3Storage(Storage):
             total = int(match.group(3))
         else:
             total = int(resp.get("ContentLength", -1))
-        if size is not None and total != size:
-            raise DownloadError(
-                f"{url}: the remote object is {total} bytes but index.json says {size}; "
-                "the dataset changed after its index was written (re-create the index or the cache)"
-            )
+        check_remote_size(url, total, size)
         return total
 
     async def read_bytes(self, url: str) -> bytes:
