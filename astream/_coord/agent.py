@@ -156,6 +156,7 @@ class Agent:
         self.stats: Counter[str] = Counter()
         self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, _Conn] = {}
+        self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[str]] = {}
@@ -290,11 +291,6 @@ class Agent:
         if conn.greeted:
             raise ProtocolError("second hello on one connection")
         conn.greeted, conn.member, conn.pid = True, msg["member"], msg["pid"]
-        twins = [c.pid for c in self._conns.values() if c is not conn and c.greeted and c.member == conn.member]
-        if twins:
-            log.warning("astream agent: %s joins from pid %d but pid(s) %s use that name too; "
-                        "barriers cannot tell them apart (check the World of each process)",
-                        conn.member, conn.pid, twins)
         self.barriers.joined(conn.member)
         hint = msg["epoch_hint"]
         if hint is not None and not self._epoch_set:
@@ -370,6 +366,7 @@ class Agent:
 
     def _arrive(self, conn: _Conn, msg: dict[str, Any], request: int) -> None:
         name = msg["name"] if msg["op"] == "barrier" else f"epoch:{msg['name']}"
+        self._warn_twins(conn)
         now = time.monotonic()
         try:
             barrier, error = self.barriers.arrive(
@@ -387,6 +384,23 @@ class Agent:
                 epoch, self._epoch, self._epoch_set = self._epoch, self._epoch + 1, True
             self._answer_barrier(barrier, epoch=epoch)
         self._arm_deadline()
+
+    def _warn_twins(self, conn: _Conn) -> None:
+        """Warn (once per name) when a barrier party's name is live in another process too.
+
+        Checked at barriers, not at hello: names only matter there. A loader's stand-in
+        and the worker process that takes over from it share a worker's name for a
+        moment, which is harmless (pins are per connection, workers join no barrier).
+        """
+        if conn.member in self._warned_twins:
+            return
+        twins = [c.pid for c in self._conns.values()
+                 if c is not conn and c.greeted and c.member == conn.member]
+        if twins:
+            self._warned_twins.add(conn.member)
+            log.warning("astream agent: %s (pid %d) waits at a barrier but pid(s) %s joined under that name "
+                        "too; barriers cannot tell them apart (check the World of each process)",
+                        conn.member, conn.pid, twins)
 
     def _answer_barrier(self, barrier: Barrier, *, error: CoordinationError | None = None, epoch: int | None = None) -> None:
         answer: dict[str, Any] = {"ok": True, "epoch": epoch} if error is None else {"ok": False, "error": error_body(error)}

@@ -397,3 +397,19 @@ async def test_simple_provider_rebuild_and_keys(tmp_path: Path, remote: tuple[Pa
     await provider.ensure("shard.00002.mds", lambda stage: None)
     assert provider.stats()["downloads"] == 1
     await provider.aclose()
+
+
+async def test_twin_names_warn_only_at_barriers(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    """Two clients under one name are harmless until one waits at a barrier (then: one warning)."""
+    first, second = node.client("rank0.worker0"), node.client("rank0.worker0")
+    with caplog.at_level(logging.WARNING):
+        await first.aconnect()  # a stand-in and its worker process, say: no barrier, no warning
+        await second.aconnect()
+        assert not [r for r in caplog.records if "joined under that name" in r.getMessage()]
+        with pytest.raises(BarrierTimeout):
+            await first.barrier("sync", ["rank0.worker0", "rank1.worker0"], timeout=0.2)
+        with pytest.raises(BarrierTimeout):
+            await first.barrier("sync2", ["rank0.worker0", "rank1.worker0"], timeout=0.2)
+    twins = [r for r in caplog.records if "joined under that name" in r.getMessage()]
+    assert len(twins) == 1
+    assert "rank0.worker0" in twins[0].getMessage()
