@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Generic, TypeVar
 
+from astream._dataset.depth import queue_depth
 from astream._storage.loop import LoopThread
 from astream.errors import UsageError
 
@@ -33,7 +34,8 @@ class SyncIterator(Generic[T]):
         portal: the loop thread the async iterator runs on.
         open_iterator: returns an async context manager that yields the async iterator;
             it is entered on the loop thread, so every resource it creates belongs there.
-        maxsize: how many items may wait in the queue (prefetch depth).
+        maxsize: how many items may wait in the queue (prefetch depth; at least: small
+            items queue deeper, see :mod:`astream._dataset.depth`).
     """
 
     def __init__(
@@ -48,7 +50,9 @@ class SyncIterator(Generic[T]):
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
         self._started = threading.Event()
-        portal.submit(self._start(open_iterator, max(1, maxsize))).result()
+        self._maxsize = max(1, maxsize)
+        self._sized = False
+        portal.submit(self._start(open_iterator, self._maxsize)).result()
 
     async def _start(
         self, open_iterator: Callable[[], AbstractAsyncContextManager[AsyncIterator[T]]], maxsize: int
@@ -80,6 +84,11 @@ class SyncIterator(Generic[T]):
         kind, value = self._queue.get()
         if kind == "item":
             assert self._slots is not None
+            if not self._sized:
+                # Small items: let the queue grow deeper (depth.py).
+                self._sized = True
+                for _ in range(queue_depth(self._maxsize, value) - self._maxsize):
+                    self._portal.loop.call_soon_threadsafe(self._slots.release)
             self._portal.loop.call_soon_threadsafe(self._slots.release)
             return value  # type: ignore[no-any-return]
         self._done = True

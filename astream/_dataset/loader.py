@@ -89,7 +89,9 @@ class Loader:
         collate_fn: turns a list of sample dicts into a batch; default: a dict of NumPy
             arrays read column-wise (lists for str/bytes/ragged columns).
         drop_last: drop each worker's last, incomplete batch.
-        prefetch_batches: batches each worker (or the reader) keeps ready ahead.
+        prefetch_batches: batches each worker (or the reader) keeps ready ahead, at
+            least: small batches are queued deeper while a queue holds under 8 MiB (up to
+            64 batches), because every batch costs a thread wake-up on its way.
         worker_mode: ``"process"`` (started with forkserver/spawn, never fork) or ``"thread"``.
 
     Raises:

@@ -37,6 +37,7 @@ from contextlib import AbstractAsyncContextManager
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
+from astream._dataset.depth import queue_depth
 from astream._dataset.reader import batch_start
 
 try:
@@ -200,7 +201,8 @@ class WorkerPool:
         job: the picklable job each worker opens with its worker id.
         num_workers: how many workers (>= 1).
         mode: ``"process"`` or ``"thread"``.
-        prefetch: batches each worker may have waiting for the consumer.
+        prefetch: batches each worker may have waiting for the consumer (at least; small
+            batches queue deeper, see :mod:`astream._dataset.depth`).
         loop_factory: makes each worker's event loop.
     """
 
@@ -474,11 +476,18 @@ class WorkerPool:
         if not self._started:
             raise WorkerError("WorkerPool.batches() called outside `async with pool`")
         live = list(range(self._num_workers))
+        sized = [False] * self._num_workers
         while live:
             still = []
             for wid in live:
                 kind, value = await self._queues[wid].get()
                 if kind == "batch":
+                    if not sized[wid]:
+                        # Small batches: let this worker's queue grow deeper (depth.py).
+                        sized[wid] = True
+                        extra = queue_depth(self._prefetch, value) - self._prefetch
+                        if extra > 0:
+                            self._slots[wid].release(extra)
                     self._slots[wid].release()
                     if self._freed:
                         self._freed[wid].set()

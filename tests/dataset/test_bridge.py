@@ -4,10 +4,13 @@ import asyncio
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
+import numpy as np
 import pytest
 
 from astream._dataset.bridge import SyncIterator
+from astream._dataset.depth import MAX_DEPTH, QUEUE_BYTES
 from astream._storage.loop import LoopThread
 from astream.errors import UsageError
 
@@ -19,18 +22,18 @@ def portal():
     p.close()
 
 
-def _source(n: int, log: list[str], fail_at: int | None = None):
+def _source(n: int, log: list[str], fail_at: int | None = None, item_bytes: int = 0):
     @asynccontextmanager
-    async def open_iterator() -> AsyncIterator[AsyncIterator[int]]:
+    async def open_iterator() -> AsyncIterator[AsyncIterator[Any]]:
         log.append("enter")
 
-        async def gen() -> AsyncIterator[int]:
+        async def gen() -> AsyncIterator[Any]:
             for i in range(n):
                 if i == fail_at:
                     raise ValueError(f"boom at {i}")
                 await asyncio.sleep(0)
                 log.append(f"made {i}")
-                yield i
+                yield np.full(item_bytes, i % 256, dtype=np.uint8) if item_bytes else i
 
         it = gen()
         try:
@@ -50,14 +53,19 @@ def test_items_arrive_in_order_and_resources_close(portal: LoopThread) -> None:
     assert log[-1] == "exit"
 
 
-def test_prefetch_is_bounded(portal: LoopThread) -> None:
+@pytest.mark.parametrize(("item_bytes", "depth"), [
+    (QUEUE_BYTES // 2, 3),  # big items: the depth asked for
+    (QUEUE_BYTES // 10, 10),  # smaller ones: as many as fit in QUEUE_BYTES
+    (0, MAX_DEPTH),  # tiny ones: never deeper than MAX_DEPTH
+])
+def test_prefetch_is_bounded(portal: LoopThread, item_bytes: int, depth: int) -> None:
     log: list[str] = []
-    it = SyncIterator(portal, _source(100, log), maxsize=3)
-    assert next(it) == 0
-    time.sleep(0.2)  # give the pump every chance to run ahead
+    it = SyncIterator(portal, _source(200, log, item_bytes=item_bytes), maxsize=3)
+    next(it)
+    time.sleep(0.3)  # give the pump every chance to run ahead
     made = sum(1 for e in log if e.startswith("made"))
-    # one handed out, at most 3 waiting, plus the one blocked on a slot
-    assert made <= 5
+    # one handed out, at most `depth` waiting, plus the one blocked on a slot
+    assert depth <= made <= depth + 2
     it.close()
     assert log[-1] == "exit"
 
