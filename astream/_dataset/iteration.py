@@ -65,6 +65,22 @@ class ManagedAsyncIterator(Generic[T]):
         """Stop early and release everything (idempotent)."""
         await asyncio.shield(self._exit(None))
 
+    @property
+    def loop(self) -> asyncio.AbstractEventLoop | None:
+        """The loop this iteration runs on (None before its first item)."""
+        return self._loop
+
+    def close_soon(self) -> None:
+        """Close from any thread, without waiting: scheduled on the iteration's own loop."""
+        if not self._entered:
+            self._context = None  # never started, and now it never will
+            return
+        loop = self._loop
+        if self._context is None or loop is None or loop.is_closed():
+            return
+        with contextlib.suppress(RuntimeError):
+            loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
+
     async def __aenter__(self) -> ManagedAsyncIterator[T]:
         return self
 

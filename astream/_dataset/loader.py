@@ -10,7 +10,9 @@ round-robin — the order a torch DataLoader gives over MosaicML Streaming — s
 
 from __future__ import annotations
 
+import asyncio
 import pickle
+import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
@@ -139,6 +141,9 @@ class Loader:
         self.prefetch_batches = prefetch_batches
         self.worker_mode = worker_mode
         self.num_samples_yielded = 0
+        # Iterations in progress, for close(); an abandoned one drops out when collected.
+        self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
+        self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
         if num_workers > 0 and worker_mode == "process":
             # With worker processes the node agent runs in a process of its own; start it
             # now, in the background, so it boots while the caller builds the model
@@ -173,12 +178,15 @@ class Loader:
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
         """``async for batch in loader``: this rank's batches of the next epoch."""
-        return ManagedAsyncIterator(self._open_epoch())
+        iteration: ManagedAsyncIterator[Any] = ManagedAsyncIterator(self._open_epoch())
+        self._open_async.add(iteration)
+        return iteration
 
     def __iter__(self) -> Iterator[Any]:
         """``for batch in loader``: the same batches, through astream's loop thread."""
         # Counted here, as the caller receives each batch, not when the loop thread made it.
         batches = SyncIterator(portal(), lambda: self._open_epoch(count=False), maxsize=self.prefetch_batches)
+        self._open_sync.add(batches)
         self.num_samples_yielded = 0
         try:
             for batch in batches:
@@ -186,6 +194,47 @@ class Loader:
                 yield batch
         finally:
             batches.close()
+
+    # -- closing -----------------------------------------------------------------------------
+
+    def close(self) -> None:
+        """Stop this loader's iterations in progress: their workers exit, their transfers stop.
+
+        The loader stays usable (the next ``for`` starts a new epoch as usual) and the
+        dataset stays open; ``dataset.close()`` leaves the node. Iterations that end or are
+        garbage collected release the same resources by themselves; this is for stopping
+        early and deterministically, e.g. ``with Loader(ds, num_workers=4) as loader:``.
+        An ``async for`` in progress on a running loop is closed there: prefer
+        ``await loader.aclose()`` from async code, which waits for it.
+        """
+        for batches in list(self._open_sync):
+            batches.close()
+        for iteration in list(self._open_async):
+            iteration.close_soon()
+
+    async def aclose(self) -> None:
+        """:meth:`close`, waiting for the ``async for`` iterations of the running loop to end."""
+        loop = asyncio.get_running_loop()
+        mine = [it for it in list(self._open_async) if it.loop in (None, loop)]
+        for iteration in mine:
+            await iteration.aclose()
+        others = [it for it in list(self._open_async) if it not in mine]
+        for iteration in others:
+            iteration.close_soon()
+        for batches in list(self._open_sync):
+            await asyncio.to_thread(batches.close)
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    async def __aenter__(self) -> Loader:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
 
     def __len__(self) -> int:
         """Batches this rank yields per epoch (with this loader's workers and drop_last)."""

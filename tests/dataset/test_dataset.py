@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import pickle
+import time
 from pathlib import Path
 
 import numpy as np
@@ -211,3 +214,55 @@ def test_remote_without_local_gets_a_cache_folder_per_remote(
         finally:
             ds.close()
     assert Stream(remote="http://a/x").local_dir != Stream(remote="http://a/y").local_dir
+
+
+def _forkserver_children() -> list[int]:
+    """PIDs of the processes our forkserver started (the loader's worker processes)."""
+    def children(pid: int) -> list[int]:
+        found: list[int] = []
+        for task in Path(f"/proc/{pid}/task").iterdir():
+            with contextlib.suppress(OSError):
+                found += [int(c) for c in (task / "children").read_text().split()]
+        return found
+
+    workers = []
+    for child in children(os.getpid()):
+        with contextlib.suppress(OSError):
+            if b"forkserver" in Path(f"/proc/{child}/cmdline").read_bytes():
+                workers += children(child)
+    return workers
+
+
+def test_closing_the_loader_stops_its_iterations_and_workers(tmp_path: Path) -> None:
+    # Big enough that the workers are still busy (blocked on full queues) when it closes.
+    samples = 20_000
+    with MDSWriter(out=str(tmp_path / "ds"), columns={"id": "int64", "pad": "bytes"}) as writer:
+        for i in range(samples):
+            writer.write({"id": i, "pad": b"x" * 1000})
+    dataset = StreamingDataset(local=str(tmp_path / "ds"), batch_size=8)
+    try:
+        with Loader(dataset, num_workers=2) as loader:
+            batches = iter(loader)
+            next(batches)
+            deadline = time.monotonic() + 30
+            while len(_forkserver_children()) < 2 and time.monotonic() < deadline:
+                time.sleep(0.05)  # the worker processes boot while their stand-ins read
+            assert len(_forkserver_children()) == 2
+        assert _forkserver_children() == []
+        assert list(batches) == []  # that iteration is over; the loader itself is not
+        assert sorted(i for b in loader for i in b["id"].tolist()) == list(range(samples))
+    finally:
+        dataset.close()
+
+
+def test_aclose_ends_an_async_iteration(dataset: StreamingDataset) -> None:
+    async def run() -> list[int]:
+        async with Loader(dataset, num_workers=1, worker_mode="thread") as loader:
+            iteration = aiter(loader)
+            first = await anext(iteration)
+        with pytest.raises(StopAsyncIteration):
+            await anext(iteration)
+        await dataset.aclose()
+        return first["id"].tolist()
+
+    assert len(asyncio.run(run())) == 8
