@@ -279,13 +279,17 @@ class StreamingDataset:
 
     # -- the node --------------------------------------------------------------------------
 
-    def _coord_config(self, other_processes: bool) -> CoordConfig:
+    def _coord_config(self) -> CoordConfig:
         if self.coord is not None:
             return self.coord
-        # The only process of its node: the agent lives on a thread of it (no interpreter
-        # to start, so the first batch comes sooner). Other processes (ranks, or loader
-        # worker processes): its own process, so one busy in Python never slows the others.
-        alone = self.unique_world.ranks_per_node == 1 and not other_processes
+        # The only rank of its node: the agent lives on a thread of it, also when the rank
+        # starts loader worker processes (they reach it over the socket all the same, and
+        # die with the rank anyway). No interpreter to start: the first batch of a warm
+        # Loader(num_workers=2) came after 0.21 s with the agent in a process of its own,
+        # after 0.03 s with it on a thread (medians of 7). Several ranks on a node: its own
+        # process, so that it outlives whichever rank ends first and no rank's Python
+        # work slows the others' requests.
+        alone = self.unique_world.ranks_per_node == 1
         return CoordConfig(agent_mode="thread" if alone else "process")
 
     def _provider(self) -> CacheProviderFactory:
@@ -305,14 +309,12 @@ class StreamingDataset:
         return CacheProviderFactory(tuple(specs), self.max_concurrency)
 
     async def node(
-        self, worker: int = 0, workers_per_rank: int = 1, *, other_processes: bool = False, role: str = "main"
+        self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main"
     ) -> AsyncNodeClient:
         """This process's client of the node agent, for the running event loop.
 
         Args:
             worker, workers_per_rank: this process's loader-worker place (``role="worker"``).
-            other_processes: this rank will start loader worker processes (the agent then
-                runs in a process of its own, if this process is the one that starts it).
             role: ``"main"`` for a rank's own process (named ``rank<r>.main`` at the node's
                 barriers), ``"worker"`` for a loader worker (``rank<r>.worker<w>``).
         """
@@ -323,7 +325,7 @@ class StreamingDataset:
             client = AsyncNodeClient(
                 self.streams[0].local_dir, self._provider(), run_id=self.run_id, world=world,
                 member=_main_member(world.rank) if role == "main" else world.member,
-                config=self._coord_config(other_processes or workers_per_rank > 1),
+                config=self._coord_config(),
             )
             # Registered before it connects, so concurrent callers share one client.
             self._clients[loop] = client

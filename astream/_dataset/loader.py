@@ -145,10 +145,11 @@ class Loader:
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
         if num_workers > 0 and worker_mode == "process":
-            # With worker processes the node agent runs in a process of its own; start it
-            # now, in the background, so it boots while the caller builds the model
-            # instead of before the first batch. Failures surface at iteration.
-            portal().submit(dataset.node(other_processes=True))
+            # Join the node now, in the background (the agent starts if this is the first
+            # process there: a process of its own when several ranks share the node), so
+            # that it happens while the caller builds the model instead of before the
+            # first batch. Failures surface at iteration.
+            portal().submit(dataset.node())
 
     # -- the async core ----------------------------------------------------------------------
 
@@ -161,7 +162,7 @@ class Loader:
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
         ds = self.dataset
-        node = await ds.node(other_processes=self.num_workers > 0 and self.worker_mode == "process")
+        node = await ds.node()
         epoch, offset = await ds.begin_epoch(node)
         self.num_samples_yielded = 0
         if self.num_workers == 0:
