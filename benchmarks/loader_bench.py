@@ -24,7 +24,10 @@ What it does:
      cache, astream from ``http://127.0.0.1:PORT/bucket/<name>``, the peer from
      ``s3://bucket/<name>`` with ``S3_ENDPOINT_URL`` at the same server).
 
-   Each run measures samples/s over the whole epoch, the time to the first batch (or
+   Each run iterates ``--epochs`` epochs (default 3) in one process and measures
+   samples/s over the first epoch (from the dataset's construction: worker start and, for
+   the cold caches, the downloads included) and the median over the later epochs (warm
+   cache; workers start again each epoch, as in training), the time to the first batch (or
    sample) from the dataset's construction (imports excluded; they are reported apart),
    and the peak of the RSS summed over the run's process tree (main process, loader
    workers, forkserver, node agent), polled from ``/proc`` every 20 ms by the driver.
@@ -59,10 +62,7 @@ BATCH = 32
 DATASETS = ("small", "large")
 CACHES = ("warm", "local", "http")
 HOWS = ("loader", "iter")  # "loader" runs once per --workers value
-LIBS = ("astream", "astream+", "mosaic")
-# "astream+": astream with the change recommended outside the benchmarked files (see
-# docs/bench/loader.md): `stand_in = True` on loader.py's _EpochJob, applied here in the
-# run's process. It only matters with loader workers, so it runs only there.
+LIBS = ("astream", "mosaic")
 
 
 # -- datasets ----------------------------------------------------------------------------------
@@ -117,27 +117,34 @@ def _iterate(items: Any, count: Any) -> tuple[float | None, int]:
     return first, n
 
 
-def worker_astream(how: str, remote: str | None, local: str, workers: int, plus: bool = False) -> dict[str, Any]:
+def _epochs(items: Any, count: Any, epochs: int, start: float, setup: float) -> dict[str, Any]:
+    """Iterate ``epochs`` epochs; the first epoch's times count from the dataset's construction."""
+    first, n = _iterate(items, count)
+    total = time.perf_counter() - start
+    later = []
+    for _ in range(epochs - 1):
+        t = time.perf_counter()
+        _, m = _iterate(items, count)
+        later.append(m / (time.perf_counter() - t))
+    return {"first_s": setup + (first or 0.0), "total_s": total, "samples": n,
+            "later_rate": statistics.median(later) if later else None}
+
+
+def worker_astream(how: str, remote: str | None, local: str, workers: int, epochs: int) -> dict[str, Any]:
     t0 = time.perf_counter()
     from astream import Loader, StreamingDataset
-
-    if plus:
-        from astream._dataset.loader import _EpochJob
-
-        _EpochJob.stand_in = True  # type: ignore[attr-defined]
 
     import_s = time.perf_counter() - t0
     start = time.perf_counter()
     ds = StreamingDataset(remote=remote, local=local, batch_size=BATCH)
     items: Any = Loader(ds, batch_size=BATCH, num_workers=workers) if how == "loader" else ds
     setup = time.perf_counter() - start
-    first, n = _iterate(items, _length if how == "loader" else lambda s: 1)
-    total = time.perf_counter() - start
+    result = _epochs(items, _length if how == "loader" else lambda s: 1, epochs, start, setup)
     ds.close()
-    return {"import_s": import_s, "first_s": setup + (first or 0.0), "total_s": total, "samples": n}
+    return {"import_s": import_s, **result}
 
 
-def worker_mosaic(how: str, remote: str | None, local: str, workers: int) -> dict[str, Any]:
+def worker_mosaic(how: str, remote: str | None, local: str, workers: int, epochs: int) -> dict[str, Any]:
     import types
     import warnings
 
@@ -154,9 +161,8 @@ def worker_mosaic(how: str, remote: str | None, local: str, workers: int) -> dic
     ds = StreamingDataset(remote=remote, local=local, batch_size=BATCH, shuffle=False)
     items: Any = DataLoader(ds, batch_size=BATCH, num_workers=workers) if how == "loader" else ds
     setup = time.perf_counter() - start
-    first, n = _iterate(items, _length if how == "loader" else lambda s: 1)
-    total = time.perf_counter() - start
-    return {"import_s": import_s, "first_s": setup + (first or 0.0), "total_s": total, "samples": n}
+    result = _epochs(items, _length if how == "loader" else lambda s: 1, epochs, start, setup)
+    return {"import_s": import_s, **result}
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -200,7 +206,7 @@ def warm_up(data: Path, libs: list[str], peer_python: str) -> None:
 
 
 def run_one(lib: str, how: str, cache: str, name: str, workers: int, root: Path, port: int,
-            scratch: Path, peer_python: str) -> dict[str, Any]:
+            scratch: Path, peer_python: str, epochs: int) -> dict[str, Any]:
     data_dir = root / "bucket" / name
     local = str(data_dir) if cache == "warm" else tempfile.mkdtemp(prefix=f"{lib}-{cache}-", dir=str(scratch))
     env = child_env(root.parent)
@@ -218,7 +224,7 @@ def run_one(lib: str, how: str, cache: str, name: str, workers: int, root: Path,
         env.update(S3_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
                    AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
     load_before = os.getloadavg()[0]
-    proc = subprocess.Popen([python, __file__, "--worker", lib, how, remote, local, str(workers)], env=env,
+    proc = subprocess.Popen([python, __file__, "--worker", lib, how, remote, local, str(workers), str(epochs)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     peak = 0
     stop = threading.Event()
@@ -264,15 +270,18 @@ def main() -> None:
     parser.add_argument("--libs", nargs="*", default=list(LIBS), choices=LIBS)
     parser.add_argument("--peer-python", default=PEER_PYTHON)
     parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--worker", nargs=5, metavar=("LIB", "HOW", "REMOTE", "LOCAL", "WORKERS"))
+    parser.add_argument("--epochs", type=int, default=3,
+                        help="epochs per run: the first (from construction, cold where the cache is) "
+                             "and the median rate of the others")
+    parser.add_argument("--worker", nargs=6, metavar=("LIB", "HOW", "REMOTE", "LOCAL", "WORKERS", "EPOCHS"))
     args = parser.parse_args()
     if args.worker:
-        lib, how, remote, local, workers = args.worker
-        args_ = (how.rstrip("0123456789"), None if remote == "-" else remote, local, int(workers))
+        lib, how, remote, local, workers, epochs = args.worker
+        args_ = (how.rstrip("0123456789"), None if remote == "-" else remote, local, int(workers), int(epochs))
         if lib == "mosaic":
             print(json.dumps(worker_mosaic(*args_)))
         else:
-            print(json.dumps(worker_astream(*args_, plus=lib == "astream+")))
+            print(json.dumps(worker_astream(*args_)))
         return
 
     data = Path(args.data)
@@ -289,14 +298,13 @@ def main() -> None:
     assert server.stdout is not None
     port = int(server.stdout.readline())
     hows = [h for how in args.hows for h in ([f"loader{w}" for w in args.workers] if how == "loader" else [how])]
-    configs = [c for c in itertools.product(args.only, args.caches, hows, args.libs)
-               if c[3] != "astream+" or (c[2].startswith("loader") and c[2] != "loader0")]
+    configs = list(itertools.product(args.only, args.caches, hows, args.libs))
     results: dict[tuple[str, str, str, str], list[dict[str, Any]]] = {c: [] for c in configs}
     try:
         for r in range(args.runs):
             for name, cache, how, lib in configs:
                 workers = int(how[len("loader"):]) if how.startswith("loader") else 0
-                res = run_one(lib, how, cache, name, workers, root, port, scratch, args.peer_python)
+                res = run_one(lib, how, cache, name, workers, root, port, scratch, args.peer_python, args.epochs)
                 results[(name, cache, how, lib)].append(res)
                 print(f"run {r + 1} {name:5s} {cache:5s} {how:6s} {lib:7s} {res['samples'] / res['total_s']:>10,.0f}/s "
                       f"first {res['first_s']:.3f} s  rss {res['rss_mb']:.0f} MB  load {res['load']:.1f}",
@@ -317,30 +325,37 @@ def report(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], root:
         if rs:
             med[key] = {f: statistics.median(r[f] for r in rs) for f in ("total_s", "first_s", "rss_mb", "import_s")}
             med[key]["rate"] = statistics.median(r["samples"] / r["total_s"] for r in rs)
+            later = [r["later_rate"] for r in rs if r.get("later_rate")]
+            med[key]["later"] = statistics.median(later) if later else float("nan")
             med[key]["load"] = statistics.mean(r["load"] for r in rs)
     loads = [r["load"] for rs in results.values() for r in rs]
-    print(f"\nmedians of {args.runs} fresh-process runs; batch size {BATCH}; "
+    print(f"\nmedians of {args.runs} fresh-process runs of {args.epochs} epoch(s); batch size {BATCH}; "
           f"python {sys.version.split()[0]}, numpy {np.__version__}; {os.cpu_count()} CPUs, "
           f"load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f} during the runs\n")
-    print("| dataset | cache | how | library | samples/s | MB/s | first batch s | peak RSS MB (sum) | import s | load |")
-    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| dataset | cache | how | library | epoch 1 samples/s | later epochs samples/s | MB/s (later) "
+          "| first batch s | peak RSS MB (sum) | import s | load |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|---:|---:|")
     for (name, cache, how, lib), m in med.items():
         mb = dataset_bytes(root, name) / 1e6
         workers = how[len("loader"):]
         what = "for s in ds" if how == "iter" else (
-            f"Loader(num_workers={workers})" if lib.startswith("astream") else f"DataLoader(num_workers={workers})")
-        print(f"| {name} | {cache} | {what} | {lib} | {m['rate']:,.0f} | {m['rate'] * mb / len_of(name):,.1f} "
-              f"| {m['first_s']:.3f} | {m['rss_mb']:,.0f} | {m['import_s']:.2f} | {m['load']:.1f} |")
-    print("\nastream / mosaic (throughput: higher is better; first batch and RSS: lower is better)\n")
-    print("| dataset | cache | how | astream | throughput | first batch | peak RSS |")
-    print("|---|---|---|---|---:|---:|---:|")
+            f"Loader(num_workers={workers})" if lib == "astream" else f"DataLoader(num_workers={workers})")
+        print(f"| {name} | {cache} | {what} | {lib} | {m['rate']:,.0f} | {m['later']:,.0f} "
+              f"| {m['later'] * mb / len_of(name):,.1f} | {m['first_s']:.3f} | {m['rss_mb']:,.0f} "
+              f"| {m['import_s']:.2f} | {m['load']:.1f} |")
+    print("\nastream / mosaic (throughput: higher is better; first batch and RSS: lower is better). "
+          "Epoch 1 counts from the dataset's construction (worker start, cold cache where it is cold); "
+          "later epochs read a warm cache and start their workers again, as training does.\n")
+    print("| dataset | cache | how | throughput, epoch 1 | throughput, later epochs | first batch | peak RSS |")
+    print("|---|---|---|---:|---:|---:|---:|")
     hows = sorted({key[2] for key in med})
-    for name, cache, how, lib in itertools.product(DATASETS, CACHES, hows, ("astream", "astream+")):
-        a, p = med.get((name, cache, how, lib)), med.get((name, cache, how, "mosaic"))
+    for name, cache, how in itertools.product(DATASETS, CACHES, hows):
+        a, p = med.get((name, cache, how, "astream")), med.get((name, cache, how, "mosaic"))
         if a is None or p is None:
             continue
         target = 2.0 if name == "large" else (20.0 if how.startswith("loader") else 3.0)
-        print(f"| {name} | {cache} | {how} | {lib} | {_fmt_ratio(a['rate'] / p['rate'], target, True)} "
+        later = _fmt_ratio(a["later"] / p["later"], target, True) if args.epochs > 1 else ""
+        print(f"| {name} | {cache} | {how} | {_fmt_ratio(a['rate'] / p['rate'], target, True)} | {later} "
               f"| {_fmt_ratio(a['first_s'] / p['first_s'], 0.25, False)} "
               f"| {_fmt_ratio(a['rss_mb'] / p['rss_mb'], 0.5, False)} |")
 
