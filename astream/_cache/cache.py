@@ -16,6 +16,7 @@ import enum
 import os
 from dataclasses import dataclass, field
 
+from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
 from astream._format.index import FileInfo, Index, ShardInfo
 from astream.errors import CacheError
@@ -38,7 +39,9 @@ class Entry:
     pins: int = 0
     last_used: int = 0
     verified: bool = False
-    suspect: bool = False  # written without fsync before the last reboot: check before use
+    # Maybe not on disk when the power last went (written without fsync before the last
+    # boot, or by a run whose background fsync may not have finished): check before use.
+    suspect: bool = False
 
 
 @dataclass(frozen=True)
@@ -79,6 +82,8 @@ class ShardCache:
     pinned_at_once: int = 1
     entries: list[Entry] = field(init=False)
     used: int = field(init=False, default=0)
+    stale_markers: list[Marker] = field(init=False, default_factory=list)
+    orphan_markers: list[Marker] = field(init=False, default_factory=list)
     _tick: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
@@ -120,16 +125,31 @@ class ShardCache:
         Runs once at start (in an executor). With ``trust_unsynced=False`` (the engine
         does not fsync), a file last written before this machine booted may have lost
         data in a power cut despite its size: such shards are marked ``suspect`` and are
-        checked (or fetched again) before use. Returns the indices found ready.
+        checked (or fetched again) before use. Whatever the setting, so are shards that a
+        run fsyncing in the background renamed before a power cut may have stopped it
+        (its marker predates this boot; see :mod:`astream._cache.durability`); those
+        markers are kept in ``stale_markers``. Returns the indices found ready.
         """
-        boot = 0.0 if trust_unsynced else boot_time()
+        booted = boot_time()
+        boot = 0.0 if trust_unsynced else booted
+        # Markers of runs that fsynced in the background and may have lost power before
+        # finishing (see astream._cache.durability): what they covered is suspect too.
+        # Where the boot time is unknown, any marker might predate a power cut.
+        markers = find_markers(self.root)
+        self.stale_markers = [m for m in markers if not booted or m.ctime < booted]
+        # Markers of this boot whose run is gone (crashed): their files are complete.
+        self.orphan_markers = [m for m in markers if m not in self.stale_markers and not pid_alive(m.pid)]
+        covered_from = min((m.ctime for m in self.stale_markers), default=None)
         found = []
         for i, shard in enumerate(self.index.shards):
-            mtimes = [_mtime_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
-            if all(m is not None for m in mtimes):
+            stats = [_stat_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
+            if all(st is not None for st in stats):
                 entry = self.entries[i]
                 entry.state, entry.size = State.READY, self._disk_size(i)
-                entry.suspect = any(m is not None and m < boot for m in mtimes)
+                entry.suspect = any(st is not None and st.st_mtime < boot for st in stats) or (
+                    covered_from is not None
+                    and any(st is not None and st.st_ctime >= covered_from - CTIME_SLACK for st in stats)
+                )
                 self.used += entry.size
                 found.append(i)
         return found
@@ -174,7 +194,7 @@ class ShardCache:
         """Shard ``i`` is gone (failed install, or evicted): release its bytes."""
         entry = self.entries[i]
         self.used -= entry.size
-        entry.state, entry.size, entry.verified = State.ABSENT, 0, False
+        entry.state, entry.size, entry.verified, entry.suspect = State.ABSENT, 0, False, False
 
     def make_room(self, need: int) -> list[int] | None:
         """Evict LRU unpinned shards until ``need`` more bytes fit; None if they cannot."""
@@ -220,12 +240,12 @@ def boot_time() -> float:
     return 0.0
 
 
-def _mtime_if_size(path: str, size: int) -> float | None:
+def _stat_if_size(path: str, size: int) -> os.stat_result | None:
     try:
         st = os.stat(path)
     except OSError:
         return None
-    return st.st_mtime if st.st_size == size else None
+    return st if st.st_size == size else None
 
 
 def _size_is(path: str, size: int) -> bool:

@@ -25,6 +25,7 @@ from concurrent.futures import Executor
 from types import TracebackType
 
 from astream._cache.cache import ShardCache, ShardFile, State, shard_files
+from astream._cache.durability import BackgroundSync
 from astream._cache.install import CorruptFile, ShardSink, remove_stale_temporaries, verify_files
 from astream._cache.slots import Slots
 from astream._cache.stats import CacheStats
@@ -59,10 +60,14 @@ class ShardEngine:
         pool: a :class:`StoragePool` shared with other engines on the same loop (one HTTP
             session for all streams); never closed here. Stats stay per engine.
         executor: a thread pool for file work (never shut down here); default: a private one.
-        fsync: fsync installed files before renaming them into place. Without it a process
-            crash still never leaves a bad shard (files appear by rename once complete); a
-            power cut could, so shards written before the last boot are then checked
-            against index.json's digest (or fetched again) before use.
+        fsync: make installed files durable. A shard is handed over once its complete file
+            is renamed into place; the fsync runs after that on a helper thread, and
+            :meth:`aclose` waits for it. Until then a marker file in the cache directory
+            makes a run after a power cut check those shards (see
+            :mod:`astream._cache.durability`). Without ``fsync`` a process crash still
+            never leaves a bad shard (files appear by rename once complete); a power cut
+            could, so shards written before the last boot are then checked against
+            index.json's digest (or fetched again) before use.
         pinned_at_once: how many shards consumers hold at the same time (for the limit check).
         initial_concurrency: transfers at first; doubles per success up to ``max_concurrency``
             (slow start: the first shard gets the whole link). None starts at the maximum.
@@ -113,6 +118,7 @@ class ShardEngine:
         self._order = itertools.count(1)  # reservation order = priority of the file work
         self._owns_executor = executor is None
         self._fsync = fsync
+        self._sync = BackgroundSync(self.cache.root) if fsync else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._change: asyncio.Event | None = None
         self._started = False
@@ -147,6 +153,8 @@ class ShardEngine:
 
         await loop.run_in_executor(self._executor, scan)
         self.stats.cache_bytes = self.cache.used
+        if self._sync is not None:
+            self._sync.adopt(self.cache.orphan_markers)
 
     async def aclose(self) -> None:
         """Cancel transfers in flight (leaving no temporaries), close backends; idempotent."""
@@ -159,12 +167,33 @@ class ShardEngine:
         try:
             if tasks:
                 await asyncio.shield(asyncio.gather(*tasks, return_exceptions=True))
+            await self._settle_durability()
         finally:
             self._tasks.clear()
+            if self._sync is not None:
+                self._sync.close()
             if self._pool is not None and self._owns_pool:
                 await self._pool.aclose()
             if self._owns_executor:
                 self._executor.shutdown(wait=False, cancel_futures=True)
+
+    async def _settle_durability(self) -> None:
+        """Wait for background fsyncs; drop markers of earlier runs once their shards are checked."""
+        if self._sync is not None and not await self._sync.drain():
+            warnings.warn(
+                f"fsync of shards in {self.cache.root} failed or did not finish; after a power cut "
+                "they will be checked before use", RuntimeWarning, stacklevel=3,
+            )
+        stale = self.cache.stale_markers
+        if stale and not any(e.suspect for e in self.cache.entries):
+            # Every shard such a marker made suspect has been checked, replaced or removed.
+            def remove() -> None:
+                for marker in stale:
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(marker.path)
+
+            await asyncio.get_running_loop().run_in_executor(self._executor, remove)
+            self.cache.stale_markers = []
 
     async def __aenter__(self) -> ShardEngine:
         await self.start()
@@ -397,14 +426,21 @@ class ShardEngine:
         local_zip = self.cache.path(f.zip) if codec is not None and f.zip is not None else None
         keep = self.cache.keep_zip and not self.cache.local_only
 
+        sync = self._sync
+        if sync is not None:
+            sync.start_prepare()  # the marker is made while the bytes come
+
         def new_sink(zip_path: str | None, name: str) -> ShardSink:
             return ShardSink(
                 raw_final, f.raw.bytes, codec=codec, zip_path=zip_path, hash_algo=algo if digest else None,
                 digest=digest, name=name, executor=self._executor, fsync=self._fsync, priority=priority,
+                syncer=sync,
             )
 
         if local_zip is not None and not fresh and _stat_size(local_zip) == stored.bytes:
             try:
+                if sync is not None:
+                    await sync.prepare()
                 await new_sink(None, local_zip).install_from(local_zip)
                 return False
             except CorruptFile:
@@ -424,6 +460,8 @@ class ShardEngine:
                 await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
             self._slots.limit = self.stats.concurrency = self._aimd.on_success()
             self._slots.wake()
+            if sync is not None:
+                await sync.prepare()
             await sink.finish()
         except BaseException:
             sink.abort()

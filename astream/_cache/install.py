@@ -14,13 +14,17 @@ can tell the leftovers of a crashed process (:func:`remove_stale_temporaries`).
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import Executor
-from typing import BinaryIO
+from typing import Any, BinaryIO
+
+import zstandard
 
 from astream._cache.cache import ShardCache, ShardFile
+from astream._cache.durability import BackgroundSync, pid_alive
 from astream._format.compression import Codec, StreamDecoder
 from astream._format.hashing import Hasher, new_hasher
 from astream._storage.sink import BufferedSink, datasync, fsync_dir
@@ -29,6 +33,9 @@ from astream.errors import CacheError, CompressionError
 __all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
+# zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
+# mmap threshold), large enough that the write() per window costs little.
+ZSTD_WINDOW = 128 << 10
 
 
 class CorruptFile(Exception):
@@ -42,18 +49,6 @@ class CorruptFile(Exception):
 def temp_name(final: str) -> str:
     """A temporary path beside ``final`` that names this process."""
     return f"{final}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-
-
-def _pid_alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
@@ -74,7 +69,7 @@ def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
 
     for entry in walk(root, 1):
         match = _TEMP.search(entry.name)
-        if match and not _pid_alive(int(match.group(1))):
+        if match and not pid_alive(int(match.group(1))):
             with contextlib.suppress(OSError):
                 os.unlink(entry.path)
                 removed.append(entry.path)
@@ -95,6 +90,8 @@ class ShardSink(BufferedSink):
         executor: where the work runs.
         fsync: fsync files before renaming them.
         priority: the executor runs lower numbers first (the prefetcher's plan order).
+        syncer: fsync files on this helper *after* renaming them instead (with ``fsync``);
+            the caller awaits ``syncer.prepare()`` before :meth:`finish`.
     """
 
     def __init__(
@@ -110,8 +107,10 @@ class ShardSink(BufferedSink):
         executor: Executor | None = None,
         fsync: bool = True,
         priority: int = 0,
+        syncer: BackgroundSync | None = None,
     ) -> None:
         super().__init__(executor, priority=priority)
+        self._syncer = syncer if fsync else None
         self.raw_path = raw_path
         self.raw_size = raw_size
         self.codec = codec
@@ -128,7 +127,16 @@ class ShardSink(BufferedSink):
 
     def _fresh(self) -> None:
         self._hasher: Hasher | None = new_hasher(self.hash_algo) if self.hash_algo else None
-        self._decoder: StreamDecoder | None = self.codec.stream_decoder() if self.codec else None
+        self._decoder: StreamDecoder | None = None
+        self._zstd: Any = None
+        if self.codec is not None and self.codec.family == "zstd":
+            # zstd writes its output straight into the file from a small window it reuses:
+            # no output buffer of each chunk's size to allocate, fault in and join.
+            self._zstd = zstandard.ZstdDecompressor().stream_writer(
+                _Emitter(self), write_size=ZSTD_WINDOW, write_return_read=True, closefd=False  # type: ignore[arg-type]
+            )
+        elif self.codec is not None:
+            self._decoder = self.codec.stream_decoder()
         self._written = 0
         # A decoding failure is reported at the end, after the digest: with validate_hash,
         # corrupt bytes are a hash mismatch whatever the codec makes of them.
@@ -138,7 +146,8 @@ class ShardSink(BufferedSink):
         try:
             if self._raw_fh is None:
                 os.makedirs(os.path.dirname(self.raw_tmp) or ".", exist_ok=True)
-                self._raw_fh = open(self.raw_tmp, "wb")  # noqa: SIM115 - closed in _close_files
+                # Unbuffered: every write is already large (or zstd's window).
+                self._raw_fh = open(self.raw_tmp, "wb", buffering=0)  # noqa: SIM115 - closed in _close_files
             if self.zip_tmp and self._zip_fh is None:
                 self._zip_fh = open(self.zip_tmp, "wb")  # noqa: SIM115
         except OSError as exc:
@@ -149,14 +158,21 @@ class ShardSink(BufferedSink):
         hint = " (disk full: free space or lower cache_limit)" if exc.errno == 28 else ""
         return CacheError(f"cannot write {self.raw_path}: {exc.strerror or exc}{hint}")
 
-    def _emit(self, data: bytes, raw: BinaryIO) -> None:
+    def _emit(self, data: bytes | memoryview) -> None:
         self._written += len(data)
         if self._written > self.raw_size:
             raise CorruptFile(f"{self.name}: decodes to more than the {self.raw_size} bytes index.json records")
-        raw.write(data)
+        raw = self._raw_fh
+        assert raw is not None
+        view = memoryview(data)
+        while view:
+            n = raw.write(view)  # a raw file may write less than asked
+            if not n:
+                raise OSError(errno.EIO, "write() wrote nothing")
+            view = view[n:]
 
     def _consume(self, chunks: list[bytes]) -> None:
-        raw, zipped = self._files()
+        _, zipped = self._files()
         try:
             for chunk in chunks:
                 if self._hasher is not None:
@@ -166,9 +182,16 @@ class ShardSink(BufferedSink):
                 if self._broken is not None:
                     continue
                 try:
-                    out = chunk if self._decoder is None else self._decoder.decode(chunk)
-                    if out:
-                        self._emit(out, raw)
+                    if self._zstd is not None:
+                        self._zstd.write(chunk)
+                    else:
+                        out = chunk if self._decoder is None else self._decoder.decode(chunk)
+                        if out:
+                            self._emit(out)
+                except zstandard.ZstdError as exc:
+                    self._broken = CorruptFile(f"{self.name}: cannot decompress with 'zstd': {exc}")
+                    if self._hasher is None:
+                        raise self._broken from exc
                 except (CompressionError, CorruptFile) as exc:
                     self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
                     if self._hasher is None:
@@ -199,11 +222,16 @@ class ShardSink(BufferedSink):
 
     def _finish(self) -> None:
         raw, zipped = self._files()
+        if self._zstd is not None and self._broken is None:
+            try:
+                self._zstd.flush()
+            except zstandard.ZstdError as exc:
+                self._broken = CorruptFile(f"{self.name}: cannot decompress with 'zstd': {exc}")
         if self._decoder is not None and self._broken is None:
             try:
                 tail = self._decoder.flush()
                 if tail:
-                    self._emit(tail, raw)
+                    self._emit(tail)
             except (CompressionError, CorruptFile) as exc:
                 self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
         if self._hasher is not None and self.digest is not None:
@@ -217,17 +245,22 @@ class ShardSink(BufferedSink):
             raise self._broken
         if self._written != self.raw_size:
             raise CorruptFile(f"{self.name}: decodes to {self._written} bytes, index.json says {self.raw_size}")
+        inline = self._fsync and self._syncer is None
         try:
             for fh, tmp, final in ((zipped, self.zip_tmp, self.zip_path), (raw, self.raw_tmp, self.raw_path)):
                 if fh is None or tmp is None or final is None:
                     continue
                 fh.flush()
-                if self._fsync:
+                if inline:
                     datasync(fh.fileno())
                 fh.close()
                 os.replace(tmp, final)
+                if self._syncer is not None:
+                    # Complete but maybe not on disk yet: the syncer's marker (made durable
+                    # before this rename) keeps a run after a power cut from trusting it.
+                    self._syncer.submit(final)
             self._raw_fh = self._zip_fh = None
-            if self._fsync:
+            if inline:
                 fsync_dir(os.path.dirname(self.raw_path) or ".")
         except OSError as exc:
             raise self._disk_error(exc) from exc
@@ -257,6 +290,19 @@ class ShardSink(BufferedSink):
         except BaseException:
             self.abort()
             raise
+
+
+class _Emitter:
+    """The file-like object zstd's stream writer writes decoded windows to."""
+
+    __slots__ = ("_sink",)
+
+    def __init__(self, sink: ShardSink) -> None:
+        self._sink = sink
+
+    def write(self, data: bytes) -> int:
+        self._sink._emit(data)
+        return len(data)
 
 
 def verify_files(cache: ShardCache, files: list[ShardFile], algo: str | None) -> str | None:

@@ -267,10 +267,10 @@ async def test_disk_full_patched(
 
     real = install.ShardSink._emit
 
-    def full(self: install.ShardSink, data: bytes, raw: object) -> None:
+    def full(self: install.ShardSink, data: bytes) -> None:
         if self._written + len(data) > 5000:
             raise OSError(28, "No space left on device")
-        real(self, data, raw)  # type: ignore[arg-type]
+        real(self, data)
 
     monkeypatch.setattr(install.ShardSink, "_emit", full)
     local = tmp_path / "c"
