@@ -120,6 +120,7 @@ class ShardEngine:
         self._fsync = fsync
         self._sync = BackgroundSync(self.cache.root) if fsync else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._first_done = False  # a transfer of this engine has succeeded
         self._change: asyncio.Event | None = None
         self._started = False
         self._closed = False
@@ -454,15 +455,27 @@ class ShardEngine:
             )
         url = join_url(self.remote_root, stored.basename)
         sink = new_sink(local_zip if keep else None, url)
-        try:
-            async with self._slots.hold(priority):
-                self._wake()
-                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
-            self._slots.limit = self.stats.concurrency = self._aimd.on_success()
-            self._slots.wake()
+
+        async def complete() -> None:
             if sync is not None:
                 await sync.prepare()
             await sink.finish()
+
+        try:
+            # The very first shard (slow start at one transfer) keeps its slot until it is
+            # in place: its last bytes are decoded without the next transfers competing
+            # for the cores, so the consumer can start sooner.
+            alone = not self._first_done and self._slots.limit == 1
+            async with self._slots.hold(priority):
+                self._wake()
+                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
+                if alone:
+                    await complete()
+            self._first_done = True
+            self._slots.limit = self.stats.concurrency = self._aimd.on_success()
+            self._slots.wake()
+            if not alone:
+                await complete()
         except BaseException:
             sink.abort()
             raise

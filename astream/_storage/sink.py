@@ -1,7 +1,7 @@
 """Where a transfer's bytes go: sinks that move every disk write off the event loop.
 
 A backend streams a body into a :class:`Sink` chunk by chunk. :class:`BufferedSink`
-gathers chunks into buffers of a few MiB and hands each buffer to a worker thread,
+gathers chunks into buffers of about a MiB and hands each buffer to a worker thread,
 keeping at most one buffer in flight, so the network and the disk work overlap and no
 large write ever runs on the loop. Subclasses say what "consume" means: plain
 :class:`FileSink` writes a file; the shard cache's sink also hashes and decompresses.
@@ -24,7 +24,9 @@ from astream._storage.executor import PriorityExecutor
 
 __all__ = ["BufferedSink", "FileSink", "Sink", "datasync", "fsync_dir"]
 
-FLUSH_BYTES = 4 << 20
+# Small enough that the decoding of a shard keeps pace with its bytes (little is left to
+# do when the last byte arrives), large enough that the hop to a thread costs little.
+FLUSH_BYTES = 1 << 20
 
 
 class Sink(Protocol):

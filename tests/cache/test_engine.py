@@ -329,3 +329,31 @@ async def test_engines_can_share_one_pool_and_keep_their_own_stats(
             assert a.stats.bytes_downloaded == index.shards[0].zip_data.bytes  # type: ignore[union-attr]
         http = pool.get(server.url)
         assert not http._closed  # the engines did not close the shared pool
+
+
+async def test_the_first_shard_is_in_place_before_the_next_transfer_starts(
+    server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import astream._cache.install as install
+    from astream._storage.http import HttpStorage
+
+    _, index = dataset
+    events: list[str] = []
+    fetch, finish = HttpStorage.fetch_into, install.ShardSink._finish
+
+    async def logged_fetch(self: HttpStorage, url: str, *args: object, **kwargs: object) -> None:
+        events.append("fetch " + url.rsplit("/", 1)[1][:11])
+        await fetch(self, url, *args, **kwargs)  # type: ignore[arg-type]
+
+    def logged_finish(self: install.ShardSink) -> None:
+        finish(self)
+        events.append("ready " + os.path.basename(self.raw_path)[:11])
+
+    monkeypatch.setattr(HttpStorage, "fetch_into", logged_fetch)
+    monkeypatch.setattr(install.ShardSink, "_finish", logged_finish)
+    async with ShardEngine(index, str(tmp_path / "c"), server.url, options=options, initial_concurrency=1) as engine:
+        await asyncio.gather(*(engine.reserve(i) for i in range(3)))
+        for i in range(3):
+            await engine.wait_ready(i)
+            engine.unpin(i)
+    assert events[:3] == ["fetch shard.00000", "ready shard.00000", "fetch shard.00001"]
