@@ -505,14 +505,29 @@ class WorkerPool:
         self._stopping.set()
         for task in self._stand_ins:
             task.cancel()
-        if self._stand_ins:
-            await asyncio.gather(*self._stand_ins, return_exceptions=True)
         for loop, task in self._thread_tasks:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
         for proc in self._procs:
             if proc.is_alive():
                 proc.terminate()  # its end of the pipe closes, which wakes our reader thread
+        # The rest runs to the end even when the caller is cancelled meanwhile (a consumer
+        # that stops while the pool is already closing after its last batch): otherwise
+        # the pipes and sockets would stay open. It is bounded: every join has a timeout.
+        finishing = asyncio.ensure_future(self._finish_close())
+        cancelled = False
+        while not finishing.done():
+            try:
+                await asyncio.shield(finishing)
+            except asyncio.CancelledError:
+                cancelled = True
+        finishing.result()
+        if cancelled:
+            raise asyncio.CancelledError
+
+    async def _finish_close(self) -> None:
+        if self._stand_ins:
+            await asyncio.gather(*self._stand_ins, return_exceptions=True)
         await asyncio.to_thread(self._join_all)
         for conn in [*self._conns, *self._controls]:
             conn.close()  # only now: closing under a reading thread is not safe

@@ -63,3 +63,19 @@ def test_bad_arguments() -> None:
         WorkerPool(RangeJob((1,)), 1, "fiber", 2, asyncio.new_event_loop)
     with pytest.raises(ConfigError, match="num_workers"):
         WorkerPool(RangeJob((1,)), 0, "thread", 2, asyncio.new_event_loop)
+
+
+async def test_close_finishes_even_when_cancelled_midway() -> None:
+    """A consumer that stops while the pool is closing (after its last batch) leaves nothing open."""
+    pool = WorkerPool(RangeJob((3, 3)), 2, "process", prefetch=2, loop_factory=asyncio.new_event_loop)
+    async with pool:
+        assert len([b async for b in pool.batches()]) == 6
+        closing = asyncio.ensure_future(pool.aclose())
+        await asyncio.sleep(0)  # it is now waiting for the reader threads
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+    assert all(conn.closed for conn in pool._conns)
+    assert all(channel.fileno() == -1 for channel in pool._channels)
+    for proc in pool._procs:
+        assert not proc.is_alive()
