@@ -36,6 +36,7 @@ _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 # zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
 # mmap threshold), large enough that the write() per window costs little.
 ZSTD_WINDOW = 128 << 10
+_DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
 class CorruptFile(Exception):
@@ -198,6 +199,22 @@ class ShardSink(BufferedSink):
                         raise self._broken from exc
         except OSError as exc:
             raise self._disk_error(exc) from exc
+
+    def _copy_target(self) -> int | None:
+        if self.codec is not None or self._hasher is not None or self.zip_tmp is not None:
+            return None  # the bytes must be decoded or hashed on their way
+        return self._files()[0].fileno()
+
+    def _copied(self, count: int) -> None:
+        self._written += count
+
+    def consume_fd(self, fd: int, size: int) -> None:
+        try:
+            super().consume_fd(fd, size)
+        except OSError as exc:
+            if exc.errno in _DISK_ERRNOS:  # the cache's disk (a kernel copy cannot say which side)
+                raise self._disk_error(exc) from exc
+            raise
 
     def _reset(self) -> None:
         raw, zipped = self._files()

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
 import os
 import threading
 from concurrent.futures import Executor
@@ -22,7 +23,7 @@ from typing import BinaryIO, Protocol
 
 from astream._storage.executor import PriorityExecutor
 
-__all__ = ["BufferedSink", "FileSink", "Sink", "datasync", "fsync_dir"]
+__all__ = ["BufferedSink", "FileSink", "Sink", "copy_range", "datasync", "fsync_dir"]
 
 # Small enough that the decoding of a shard keeps pace with its bytes (little is left to
 # do when the last byte arrives), large enough that the hop to a thread costs little.
@@ -62,6 +63,41 @@ def fsync_dir(path: str) -> None:
             os.close(fd)
 
 
+_NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP, errno.ENOTSOCK}
+
+
+def copy_range(src: int, dst: int, offset: int, count: int) -> int:
+    """Copy ``count`` bytes of file ``src`` from ``offset`` to ``dst``'s position, in the kernel.
+
+    ``copy_file_range`` (no copy through user space; a reflink or a server-side copy where
+    the filesystem offers one), else ``sendfile``, else plain reads and writes. Returns the
+    bytes copied: fewer than ``count`` only if ``src`` ends first.
+    """
+    done = 0
+    method = 0 if hasattr(os, "copy_file_range") else 1
+    while done < count:
+        want = min(count - done, 1 << 30)
+        try:
+            if method == 0:
+                n = os.copy_file_range(src, dst, want, offset + done)
+            elif method == 1:
+                n = os.sendfile(dst, src, offset + done, want)
+            else:
+                data = os.pread(src, min(want, FLUSH_BYTES), offset + done)
+                view, n = memoryview(data), len(data)
+                while view:
+                    view = view[os.write(dst, view):]
+        except OSError as exc:
+            if method < 2 and exc.errno in _NO_KERNEL_COPY and done == 0:
+                method += 1  # not between these files (or not on this system): the next way
+                continue
+            raise
+        if n == 0:
+            break
+        done += n
+    return done
+
+
 class BufferedSink:
     """A sink that consumes buffered chunks in an executor, one buffer at a time."""
 
@@ -93,6 +129,34 @@ class BufferedSink:
 
     def _remove_files(self) -> None:
         raise NotImplementedError
+
+    def _copy_target(self) -> int | None:
+        """The fd the bytes go to unchanged (a kernel copy may fill it), or None."""
+        return None
+
+    def _copied(self, count: int) -> None:
+        """``count`` bytes went to :meth:`_copy_target` by a kernel copy."""
+
+    def consume_fd(self, fd: int, size: int) -> None:
+        """Take the rest of the open file ``fd`` (from :attr:`received` to ``size``) in one job.
+
+        Run it through :meth:`run` (it runs in the executor). A source on the local disk
+        thus never crosses the event loop; where the bytes go unchanged to one file the
+        kernel copies them (:func:`copy_range`).
+        """
+        target = self._copy_target()
+        while self._received < size:
+            if target is not None:
+                n = copy_range(fd, target, self._received, size - self._received)
+                self._copied(n)
+            else:
+                data = os.pread(fd, min(FLUSH_BYTES, size - self._received), self._received)
+                n = len(data)
+                if n:
+                    self._consume([data])
+            if n == 0:
+                return  # the file is shorter than it was: the caller sees received < size
+            self._received += n
 
     # -- async face ------------------------------------------------------------------------
     def _run(self, fn: object, *args: object) -> asyncio.Future[None]:
@@ -198,6 +262,9 @@ class FileSink(BufferedSink):
 
     def _remove_files(self) -> None:
         os.unlink(self.tmp_path)
+
+    def _copy_target(self) -> int | None:
+        return self._open().fileno()
 
     def _commit(self) -> None:
         fh = self._open()

@@ -45,7 +45,15 @@ async def test_local_permission_denied(tmp_path: Path, options: StorageOptions, 
     def denied(*args: Any, **kwargs: Any) -> Any:
         raise PermissionError(13, "Permission denied")
 
+    real_open = os.open
+
+    def os_open(path: Any, *args: Any, **kwargs: Any) -> int:
+        if str(path).endswith("small.bin"):
+            denied()
+        return real_open(path, *args, **kwargs)
+
     monkeypatch.setattr(aiofiles, "open", denied)
+    monkeypatch.setattr(os, "open", os_open)  # the one-job path of buffered sinks
     async with LocalStorage(options) as storage:
         with pytest.raises(DownloadError, match="permission denied"):
             await storage.fetch(str(tmp_path / "remote" / "small.bin"), str(tmp_path / "x"))
