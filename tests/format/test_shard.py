@@ -1,4 +1,4 @@
-"""ShardReader: bad shards are rejected at open, hostile bytes never escape as foreign errors."""
+"""ShardReader: bad shards are rejected (at open, or a chunk of heads at a time), hostile bytes never escape as foreign errors."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 from astream import LocalDataset, MDSWriter
 from astream._format.index import Index
 from astream._format.record import RecordLayout
-from astream._format.shard import ShardReader
+from astream._format.shard import _HEAD_CHUNK, ShardReader
 from astream.errors import (
     AstreamError,
     EncodingError,
@@ -160,6 +160,30 @@ def test_head_disagreeing_with_offsets(shard_bytes: tuple[bytes, RecordLayout]) 
     broken = data[:begin] + struct.pack("<I", head + 1) + data[begin + 4 :]
     with pytest.raises(ShardFormatError, match=r"sample 7.*head"):
         _reader(broken, layout)
+
+
+def test_heads_of_a_big_shard_are_checked_a_chunk_at_a_time(tmp_path: Path) -> None:
+    """A bad head past the first chunk is caught when its chunk is first read, by get and get_batch."""
+    columns = {"id": "int", "s": "str"}
+    n = 3 * _HEAD_CHUNK
+    root = _write(tmp_path / "ds", {"id": "int", "s": "str"}, n, size_limit=None)
+    info = Index.load(root / "index.json").shards[0]
+    layout = RecordLayout.from_shard(info, "index.json")
+    data = (root / "shard.00000.mds").read_bytes()
+    bad = 2 * _HEAD_CHUNK + 5
+    begin = _offsets(data)[bad]
+    head = struct.unpack_from("<I", data, begin)[0]
+    broken = data[:begin] + struct.pack("<I", head + 1) + data[begin + 4 :]
+    with ShardReader(broken, layout, name="shard.00000.mds", expected_samples=n) as reader:  # opens
+        assert reader.get(7) == _sample(7, columns)
+        assert reader.get_batch([1, _HEAD_CHUNK + 1])["id"].tolist() == [1, _HEAD_CHUNK + 1]
+        with pytest.raises(ShardFormatError, match=rf"sample {bad}.*head"):
+            reader.get(2 * _HEAD_CHUNK)  # the same chunk as the bad record
+        with pytest.raises(ShardFormatError, match=rf"sample {bad}.*head"):
+            reader.get_batch([0, n - 1])
+    with ShardReader(data, layout, name="shard.00000.mds", expected_samples=n) as reader:
+        ids = np.random.default_rng(0).permutation(n)[:500]
+        assert reader.get_batch(ids)["s"] == [_sample(int(i), columns)["s"] for i in ids]
 
 
 def test_undecodable_value_names_sample_and_column(shard_bytes: tuple[bytes, RecordLayout]) -> None:
