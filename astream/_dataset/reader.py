@@ -111,7 +111,7 @@ class OpenShards:
         reader = ShardReader.open(
             path, self._smap.layouts[shard], shard=info.index, expected_samples=info.samples
         )
-        drop_pages(reader)  # validation touched every record's head
+        drop_pages(reader)  # opening read the first chunk of record heads
         self._open[shard] = reader
         while len(self._open) > self._max_open:
             # Dropped, not closed: a batch being decoded may still use it; the mapping
