@@ -73,15 +73,18 @@ def _text(values: Any) -> np.ndarray:
     return np.array([v if isinstance(v, bytes) else str(v).encode("utf-8") for v in values], dtype=object)
 
 
-def _converter(kinds: Mapping[str, ColumnKind]) -> Callable[[dict[str, Any]], dict[str, Any]]:
-    def convert(batch: dict[str, Any]) -> dict[str, Any]:
-        out = {}
-        for name, kind in kinds.items():
+def _flat_converter(kinds: Mapping[str, ColumnKind], order: Sequence[str]) -> Callable[[dict[str, Any]], list[Any]]:
+    """Batch dict -> the element's flat tensor values, in ``tf.nest.flatten`` order of its structure."""
+    steps = [(name, kinds[name].dtype == "string") for name in order]
+
+    def convert(batch: dict[str, Any]) -> list[Any]:
+        out = []
+        for name, text in steps:
             value = batch[name]
-            if kind.dtype == "string":
-                out[name] = _text(value)
+            if text:
+                out.append(_text(value))
             elif isinstance(value, np.ndarray):
-                out[name] = value
+                out.append(value)
             else:
                 raise ConfigError(
                     f"column {name!r} holds samples of different shapes in one batch, which a dense tensor "
@@ -133,9 +136,10 @@ def as_tf_dataset(
         raise ConfigError(f"as_tf_dataset needs an astream.Loader, got {type(loader).__name__}")
     if epochs is not None and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
         raise ConfigError(f"epochs must be an int >= 1 or None, got {epochs!r}")
-    convert: Callable[[dict[str, Any]], Any]
+    flat: Callable[[dict[str, Any]], list[Any]]
     if output_signature is not None:
-        signature, convert = output_signature, _identity
+        signature = output_signature
+        flat = tf.nest.flatten
     else:
         if loader.collate_fn is not None:
             raise ConfigError("this loader has a collate_fn: pass output_signature= describing its batches")
@@ -143,45 +147,72 @@ def as_tf_dataset(
         kinds = _kinds(loader, picked)
         select = select_columns(loader.dataset.columns, x, y, sample_weight, None, leaf=_identity)
         signature = select(column_specs(loader, list(kinds)))
-        to_tensors = _converter(kinds)
+        # The element's leaves in tf.nest order, named: selecting names from {name: name}.
+        flat = _flat_converter(kinds, tf.nest.flatten(select({name: name for name in kinds})))
 
-        def convert(batch: dict[str, Any]) -> Any:
-            return select(to_tensors(batch))
-
-    def batches() -> Iterator[Any]:
+    def batches() -> Iterator[list[Any]]:
         for _ in itertools.count() if epochs is None else range(epochs):
             for batch in loader:
-                yield convert(batch)
+                yield flat(batch)
 
     cardinality = _cardinality(loader, epochs)
     if cardinality is None:
         # Only a pass that resumes mid-epoch has no known length: the generator form.
-        return tf.data.Dataset.from_generator(batches, output_signature=signature)
+        def packed() -> Iterator[Any]:
+            for values in batches():
+                yield tf.nest.pack_sequence_as(signature, values)
+
+        return tf.data.Dataset.from_generator(packed, output_signature=signature)
     return _indexed(batches, signature, cardinality)
 
 
-def _indexed(batches: Callable[[], Iterator[Any]], signature: Any, cardinality: int) -> Any:
+def _shape_check(specs: Sequence[Any]) -> Callable[[list[Any]], list[np.ndarray]]:
+    """Checks each value against its spec's shape in Python (cheaper than ``tf.ensure_shape`` ops)."""
+    dims = [None if s.shape.rank is None else tuple(s.shape.as_list()) for s in specs]
+    names = [s.name or f"component {i}" for i, s in enumerate(specs)]
+
+    def check(values: list[Any]) -> list[np.ndarray]:
+        arrays = [np.asarray(v) for v in values]
+        if len(arrays) != len(dims):
+            raise ConfigError(f"a batch has {len(arrays)} tensor(s), the element spec {len(dims)}")
+        for array, want, name in zip(arrays, dims, names, strict=True):
+            if want is None:
+                continue
+            shape = array.shape
+            if len(shape) != len(want) or any(w is not None and w != d for w, d in zip(want, shape, strict=True)):
+                raise ConfigError(f"{name}: a batch of shape {shape} does not fit the element spec's {want}")
+        return arrays
+
+    return check
+
+
+def _indexed(batches: Callable[[], Iterator[list[Any]]], signature: Any, cardinality: int) -> Any:
     """Element ``i`` of a pass is the next batch of the pass's iteration (started at ``i == 0``).
 
     ``Dataset.range(n).map(numpy_function)`` costs about a third of ``from_generator``
     per element, and the known length lets Keras plan its epochs. The map runs
     sequentially (no ``num_parallel_calls``), so elements come in the loader's order.
+    Shapes are checked in Python and set statically (``set_shape``): no extra op per
+    element.
     """
     import tensorflow as tf
 
     specs = tf.nest.flatten(signature)
-    current: list[Iterator[Any]] = []
+    dtypes = [s.dtype for s in specs]
+    check = _shape_check(specs)
+    current: list[Iterator[list[Any]]] = []
 
-    def pull(index: Any) -> list[Any]:
-        if int(index) == 0 or not current:
+    def pull(index: Any) -> list[np.ndarray]:
+        if index == 0 or not current:
             for old in current:
                 getattr(old, "close", lambda: None)()
             current[:] = [batches()]
-        return [np.asarray(v) for v in tf.nest.flatten(next(current[0]))]
+        return check(next(current[0]))
 
     def element(index: Any) -> Any:
-        flat = tf.numpy_function(pull, [index], [s.dtype for s in specs], stateful=True)
-        flat = [t if s.shape.rank is None else tf.ensure_shape(t, s.shape) for t, s in zip(flat, specs, strict=True)]
+        flat = tf.numpy_function(pull, [index], dtypes, stateful=True)
+        for tensor, spec in zip(flat, specs, strict=True):
+            tensor.set_shape(spec.shape)
         return tf.nest.pack_sequence_as(signature, flat)
 
     source = tf.data.Dataset.counter() if cardinality == tf.data.INFINITE_CARDINALITY else tf.data.Dataset.range(cardinality)

@@ -150,6 +150,43 @@ def tf_checks(keras: Any, root: Path, out: dict[str, Any]) -> None:
     ids = as_tf_dataset(make_loader(root / "ds", root / "cache-tf-ids"), columns=["id"])
     out["tf_ids"] = [[int(i) for i in b["id"].numpy()] for b in ids]
 
+    def id_lists(dataset: Any) -> list[list[int]]:
+        return [[int(i) for i in b["id"].numpy()] for b in dataset]
+
+    # Two loader epochs in one pass: the loader's order across the epoch boundary.
+    two = as_tf_dataset(make_loader(root / "ds", root / "cache-tf-two"), columns=["id"], epochs=2)
+    out["tf_two_epochs"] = id_lists(two)
+    out["tf_two_cardinality"] = int(two.cardinality().numpy())
+
+    # Resume mid-epoch from a state (after 5 batches), as an endless stream.
+    first = make_loader(root / "ds", root / "cache-tf-resume")
+    batches = iter(first)
+    for _ in range(5):
+        next(batches)
+    state = first.state_dict()
+    batches.close()
+    resumed = make_loader(root / "ds", root / "cache-tf-resume")
+    resumed.load_state_dict(state)
+    endless = as_tf_dataset(resumed, columns=["id"], epochs=None)
+    out["tf_endless_cardinality"] = int(endless.cardinality().numpy())
+    out["tf_resumed"] = id_lists(endless.take(2 * len(out["tf_ids"]) - 5))
+
+    # A collate_fn with output_signature; a batch that does not fit the spec is an error.
+    def collate(samples: list[dict[str, Any]]) -> dict[str, Any]:
+        return {"id": np.array([s["id"] for s in samples], np.int64)}
+
+    spec = {"id": tf.TensorSpec((None,), tf.int64)}
+    collated = as_tf_dataset(make_loader(root / "ds", root / "cache-tf-collate", collate_fn=collate),
+                             output_signature=spec)
+    out["tf_collated"] = id_lists(collated)
+    wrong = as_tf_dataset(make_loader(root / "ds", root / "cache-tf-wrong", collate_fn=collate),
+                          output_signature={"id": tf.TensorSpec((3,), tf.int64)})
+    try:
+        id_lists(wrong)
+        out["tf_wrong_shape_error"] = None
+    except Exception as exc:  # raised in the numpy_function, TF wraps it
+        out["tf_wrong_shape_error"] = f"{type(exc).__name__}: {exc}"
+
 
 def jax_checks(root: Path, out: dict[str, Any]) -> None:
     import jax

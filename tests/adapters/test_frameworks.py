@@ -132,6 +132,26 @@ def test_tf_model_fit_trains_on_the_loaders_batches(tf_job: dict[str, Any]) -> N
     assert tf_job["tf_last_epoch"] == 2  # three Keras epochs, three loader epochs: none skipped
 
 
+def test_tf_pass_of_two_epochs_keeps_the_loaders_order(tf_job: dict[str, Any]) -> None:
+    epochs = tf_job["loader_epochs"]
+    assert tf_job["tf_two_epochs"] == epochs[0] + epochs[1]
+    assert tf_job["tf_two_cardinality"] == 2 * tf_job["batches_per_epoch"]
+
+
+def test_tf_endless_stream_resumes_mid_epoch(tf_job: dict[str, Any]) -> None:
+    epochs = tf_job["loader_epochs"]
+    assert tf_job["tf_endless_cardinality"] == -1  # tf.data.INFINITE_CARDINALITY
+    # The rest of the epoch after 5 batches, then the next epoch, unchanged.
+    assert tf_job["tf_resumed"] == epochs[0][5:] + epochs[1]
+
+
+def test_tf_output_signature_passes_collated_batches(tf_job: dict[str, Any]) -> None:
+    assert tf_job["tf_collated"] == tf_job["loader_epochs"][0]
+    error = tf_job["tf_wrong_shape_error"]
+    assert error is not None
+    assert "does not fit the element spec" in error
+
+
 # -- JAX -----------------------------------------------------------------------------------
 
 
