@@ -88,7 +88,5 @@ class ManagedAsyncIterator(Generic[T]):
         await self.aclose()
 
     def __del__(self) -> None:
-        loop = self._loop
-        if self._context is not None and self._entered and loop is not None and not loop.is_closed():
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(lambda: loop.create_task(self._exit(None)))
+        if self._context is not None and self._entered:
+            self.close_soon()
