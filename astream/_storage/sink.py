@@ -110,6 +110,7 @@ class BufferedSink:
         self._received = 0
         self._pending: asyncio.Future[None] | None = None
         self._lock = threading.Lock()
+        self._serial = threading.Lock()
         self._busy = False
         self._aborted = False
 
@@ -145,9 +146,9 @@ class BufferedSink:
         kernel copies them (:func:`copy_range`).
         """
         target = self._copy_target()
-        while self._received < size:
+        while self._received < size and not self._aborted:
             if target is not None:
-                n = copy_range(fd, target, self._received, size - self._received)
+                n = copy_range(fd, target, self._received, min(size - self._received, 64 << 20))
                 self._copied(n)
             else:
                 data = os.pread(fd, min(FLUSH_BYTES, size - self._received), self._received)
@@ -161,19 +162,22 @@ class BufferedSink:
     # -- async face ------------------------------------------------------------------------
     def _run(self, fn: object, *args: object) -> asyncio.Future[None]:
         def job() -> None:
-            with self._lock:
-                if self._aborted:
-                    return
-                self._busy = True
-            try:
-                fn(*args)  # type: ignore[operator]
-            finally:
+            # One job of this sink at a time, even when the task that
+            # awaited an earlier one gave up on it (a timeout, then a retry).
+            with self._serial:
                 with self._lock:
-                    self._busy = False
                     if self._aborted:
-                        self._close_files()
-                        with contextlib.suppress(OSError):
-                            self._remove_files()
+                        return
+                    self._busy = True
+                try:
+                    fn(*args)  # type: ignore[operator]
+                finally:
+                    with self._lock:
+                        self._busy = False
+                        if self._aborted:
+                            self._close_files()
+                            with contextlib.suppress(OSError):
+                                self._remove_files()
 
         if isinstance(self._executor, PriorityExecutor):
             return asyncio.wrap_future(self._executor.submit_priority(self.priority, job))

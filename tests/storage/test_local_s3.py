@@ -177,3 +177,33 @@ async def test_s3_resumes_a_cut_transfer_with_a_range(
     assert ranges[0] is None
     assert ranges[1] is not None
     assert ranges[1].startswith("bytes=")
+
+
+async def test_a_sink_runs_one_job_at_a_time_even_after_a_waiter_gave_up() -> None:
+    import threading
+
+    from astream._storage.sink import BufferedSink
+
+    sink = BufferedSink()
+    gate = threading.Event()
+    active: list[int] = []
+    lock = threading.Lock()
+
+    def job(name: str) -> None:
+        with lock:
+            active.append(1)
+            overlap = len(active)
+        if name == "slow":
+            assert gate.wait(10)
+        with lock:
+            active.pop()
+        assert overlap == 1, "two jobs of one sink ran at once"
+
+    slow = asyncio.ensure_future(sink.run(job, "slow"))
+    await asyncio.sleep(0.05)
+    slow.cancel()  # like a timeout: the task gives up, the thread keeps running
+    second = asyncio.ensure_future(sink.run(job, "second"))
+    await asyncio.sleep(0.05)
+    assert not second.done()  # waits for the slow one's thread
+    gate.set()
+    await second
