@@ -6,7 +6,8 @@ What it does:
    ``ndarray:uint8`` samples under ``--data`` (default /work/bench-data, not the repo),
    laid out as ``<data>/root/bucket/ds`` so the same files serve HTTP and path-style S3.
 2. Serves ``<data>/root`` with :class:`astream.testing.LoopbackServer` in its own process.
-3. Runs each mode ``--runs`` times in a fresh process with an empty cache, interleaved:
+3. Runs each mode ``--runs`` times in a fresh process with an empty cache, interleaved,
+   after an ``os.sync()`` (so no mode pays for writing back what the previous one wrote):
 
    - ``raw``: aiohttp alone fetches every shard file (8 at a time) and discards the
      bytes; the physical limit of this machine for the transfer. The issue's "raw rate"
@@ -15,9 +16,9 @@ What it does:
      (no decompression, no fsync): what moving the stored bytes onto the disk costs,
      for reference only.
    - ``astream``: ``load_index`` + ``ShardEngine`` + ``Prefetcher`` over every shard in
-     order (download, decompress to the cache, fsync, rename) on uvloop, defaults
-     otherwise (``max_concurrency=8``, slow start, no hash validation); the time
-     includes closing the engine.
+     order (download, decompress to the cache, rename; fsync on a helper thread) on
+     uvloop, defaults otherwise (``max_concurrency=8``, slow start, no hash
+     validation); the time includes closing the engine, which waits for the fsyncs.
    - ``astream-nofsync``: the same with ``fsync=False`` (still crash-safe by rename;
      after a reboot unsynced shards are hash-checked before use).
    - ``mosaic-local``: mosaicml-streaming 0.13 with the dataset directory as a local
@@ -233,6 +234,7 @@ def run_mode(mode: str, port: int, data: Path) -> dict[str, Any]:
     else:
         target = f"http://127.0.0.1:{port}/bucket/ds"
     env["TMPDIR"] = tempfile.mkdtemp(prefix="bench-tmp-", dir=str(data))
+    os.sync()  # no mode pays for the writeback of the files an earlier one left dirty
     try:
         out = subprocess.run([python, __file__, "--worker", mode, target, local], env=env, check=True,
                              capture_output=True, text=True, timeout=900)
