@@ -130,16 +130,17 @@ class BackgroundSync:
         self.marker = os.path.join(root, f"{MARKER_PREFIX}{os.getpid()}.{os.urandom(4).hex()}")
         self._pool: ThreadPoolExecutor | None = None
         self._prepared: asyncio.Future[None] | None = None
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._pending: set[Future[None]] = set()
         self._folders: set[str] = set()
         self._failed: BaseException | None = None
         self._marker_made = False
 
     def _thread(self) -> ThreadPoolExecutor:
-        if self._pool is None:
-            self._pool = ThreadPoolExecutor(1, thread_name_prefix="astream-fsync")
-        return self._pool
+        with self._lock:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(1, thread_name_prefix="astream-fsync")
+            return self._pool
 
     def _make_marker(self) -> None:
         os.makedirs(self.root, exist_ok=True)

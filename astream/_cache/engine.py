@@ -441,7 +441,7 @@ class ShardEngine:
         if local_zip is not None and not fresh and _stat_size(local_zip) == stored.bytes:
             try:
                 if sync is not None:
-                    await sync.prepare()
+                    await self._prepare_sync(sync)
                 await new_sink(None, local_zip).install_from(local_zip)
                 return False
             except CorruptFile:
@@ -458,7 +458,7 @@ class ShardEngine:
 
         async def complete() -> None:
             if sync is not None:
-                await sync.prepare()
+                await self._prepare_sync(sync)
             await sink.finish()
 
         try:
@@ -480,6 +480,13 @@ class ShardEngine:
             sink.abort()
             raise
         return True
+
+
+    async def _prepare_sync(self, sync: BackgroundSync) -> None:
+        try:
+            await sync.prepare()
+        except OSError as exc:
+            raise CacheError(f"cannot write {sync.marker}: {exc.strerror or exc}") from exc
 
 
 def _stat_size(path: str) -> int:

@@ -161,3 +161,21 @@ async def test_a_marker_of_this_boot_is_trusted_and_adopted(
         async with engine.use(0) as path:
             assert Path(path).read_bytes() == raw_bytes(root, index, 0)
     assert markers(local) == [live.name]  # the crashed run's marker was adopted, the live one left
+
+
+async def test_no_marker_no_rename(
+    server: LoopbackServer, dataset: Dataset, tmp_path: Path, options: StorageOptions, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from astream.errors import CacheError
+
+    _, index = dataset
+    local = tmp_path / "c"
+
+    def refused(self: BackgroundSync) -> None:
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(BackgroundSync, "_make_marker", refused)
+    async with ShardEngine(index, str(local), server.url, options=options) as engine:
+        with pytest.raises(CacheError, match="Permission denied"):
+            await engine.ensure(0)
+    assert tree(local) == []  # the shard was never renamed into place without its marker
