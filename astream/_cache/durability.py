@@ -19,7 +19,7 @@ How the window between rename and fsync is covered:
    happened in (so the renames themselves are on disk), and only then removes the marker.
    If anything failed, the marker stays.
 
-A later run (:func:`stale_markers`, used by :meth:`ShardCache.scan`) finds markers whose
+A later run (:meth:`ShardCache.scan`, with :func:`find_markers`) finds markers whose
 change time is **before this machine booted**: their run may have been cut off by the
 power before its fsyncs finished, so every shard with a file changed at or after such a
 marker is ``suspect``: hash-checked against index.json (or fetched again) before use,
@@ -36,7 +36,13 @@ it has resolved (checked or replaced) every shard it made suspect, see
 The argument rests on two assumptions, the same as the ``fsync=False`` boot-time check:
 the wall clock does not step backwards across the window, and the filesystem updates a
 file's ctime on rename (ext4, XFS, btrfs, tmpfs do). Removing the marker is never
-required for safety (a marker that outlives its need only causes extra checks).
+required for safety (a marker that outlives its need only causes extra checks). A run
+checks the shards of its own index; files of another index in the same directory are
+that index's runs' business (they find the marker too, unless a run of this index
+removed it after checking all of its own shards).
+
+Not covered, as before: a run with ``fsync=True`` trusts files that a run with
+``fsync=False`` wrote before the last boot (that run leaves no marker).
 """
 
 from __future__ import annotations
