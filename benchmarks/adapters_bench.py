@@ -8,7 +8,15 @@ each round) and the overhead against the Loader alone. Paths:
 - ``loader``: ``for batch in loader``.
 - ``keras``: ``StreamingPyDataset[i]`` for every ``i``, as ``fit`` reads it with
   ``workers=1`` (random access: ``Loader.batch_ids`` + ``get_batch``).
-- ``tf.data``: ``as_tf_dataset(loader, x=..., y=...).prefetch(2)``, iterated eagerly.
+- ``tf.data``: ``as_tf_dataset(loader, x=..., y=...).prefetch(2)``, iterated eagerly
+  (``for x, y in dataset``; also how Keras' JAX and torch backends read a dataset).
+- ``tf.data-graph``: the same dataset read inside one ``tf.function`` (``for x, y in
+  dataset`` traced into a graph loop): the ``iterator.get_next()`` in a graph that
+  Keras' TensorFlow backend runs, without its per-step function call.
+- ``tf.data-stream``: ``as_tf_dataset(loader, x=..., y=..., epochs=None).prefetch(2)``
+  with one iterator kept across the rounds, ``len(loader)`` batches per round: how
+  ``fit(..., steps_per_epoch=len(loader))`` reads an endless dataset (one iterator for
+  the whole fit), so TensorFlow's per-iterator setup and teardown is not in the epoch.
 - ``jax``: ``device_prefetch(loader)``, waiting for each batch to be on the device.
 
     KERAS_BACKEND=jax python benchmarks/adapters_bench.py --runs 5
@@ -25,6 +33,7 @@ import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -33,7 +42,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 
 import astream
 
-PATHS = ("loader", "keras", "tf.data", "jax")
+PATHS = ("loader", "keras", "tf.data", "tf.data-graph", "tf.data-stream", "jax")
 
 
 def write(path: Path, samples: int, shape: tuple[int, ...]) -> None:
@@ -73,6 +82,27 @@ def epoch_runner(name: str, loader: astream.Loader) -> Callable[[], int]:
 
         tf_data = as_tf_dataset(loader, x="x", y="y").prefetch(2)
         return lambda: sum(int(x.shape[0]) for x, _ in tf_data)
+    if name == "tf.data-graph":
+        import tensorflow as tf
+
+        from astream.adapters.tf import as_tf_dataset
+
+        graph_data = as_tf_dataset(loader, x="x", y="y").prefetch(2)
+
+        @tf.function
+        def graph_epoch() -> Any:
+            seen = tf.constant(0, tf.int64)
+            for x, _ in graph_data:
+                seen += tf.cast(tf.shape(x)[0], tf.int64)
+            return seen
+
+        return lambda: int(graph_epoch())
+    if name == "tf.data-stream":
+        from astream.adapters.tf import as_tf_dataset
+
+        steps = len(loader)
+        stream = iter(as_tf_dataset(loader, x="x", y="y", epochs=None).prefetch(2))
+        return lambda: sum(int(next(stream)[0].shape[0]) for _ in range(steps))
     if name == "jax":
         import jax
 
@@ -115,7 +145,7 @@ def main() -> None:
         times = measure(runners, args.runs, expected)
         results = {name: statistics.median(t) for name, t in times.items()}
         for name, t in times.items():
-            print(f"{name:8s} median {results[name] * 1e3:8.1f} ms/epoch  runs {[round(x * 1e3, 1) for x in t]}")
+            print(f"{name:14s} median {results[name] * 1e3:8.1f} ms/epoch  runs {[round(x * 1e3, 1) for x in t]}")
         for loader in loaders.values():
             loader.dataset.close()
         base = results.get("loader")
