@@ -102,6 +102,9 @@ class SyncIterator(Generic[T]):
         self._done = True
         if task is None:
             return
+        # Wakes a thread blocked in __next__ even if the pump never gets to run (cancelled
+        # before its first step, or its loop already stopped).
+        self._queue.put_nowait((_END, None))
 
         async def cancel() -> None:
             task.cancel()

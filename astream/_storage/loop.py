@@ -23,6 +23,9 @@ from astream.errors import UsageError
 
 __all__ = ["LoopThread", "new_event_loop", "run", "uvloop_available"]
 
+# Seconds close() waits for the loop's tasks to finish, then for its thread.
+_CLOSE_TIMEOUT = 30.0
+
 T = TypeVar("T")
 
 
@@ -120,16 +123,26 @@ class LoopThread:
         self._closed = True
 
         async def _cancel_all() -> None:
-            tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-            for task in tasks:
-                task.cancel()
-            await asyncio.gather(*tasks, return_exceptions=True)
+            # Again until none is left: cleanup code that runs on cancellation may start
+            # tasks of its own, and async generators still running when the loop stops
+            # cannot be finalized ("athrow(): asynchronous generator is already running").
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + _CLOSE_TIMEOUT
+            while loop.time() < deadline:
+                tasks = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+                if not tasks:
+                    return
+                for task in tasks:
+                    task.cancel()
+                await asyncio.wait(tasks, timeout=deadline - loop.time())
 
         if self._thread.is_alive():
             with contextlib.suppress(Exception):
-                asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(30)
-            self._loop.call_soon_threadsafe(self._loop.stop)
-            self._thread.join()
+                asyncio.run_coroutine_threadsafe(_cancel_all(), self._loop).result(_CLOSE_TIMEOUT + 5)
+            with contextlib.suppress(RuntimeError):
+                self._loop.call_soon_threadsafe(self._loop.stop)
+            # Bounded: a close (at interpreter exit, say) never hangs on a stuck thread.
+            self._thread.join(_CLOSE_TIMEOUT)
 
     def __enter__(self) -> LoopThread:
         return self

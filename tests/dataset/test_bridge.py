@@ -100,3 +100,32 @@ def test_sync_call_from_the_loop_thread_is_refused(portal: LoopThread) -> None:
 
     with pytest.raises(UsageError, match="own event loop"):
         portal.call(outer())
+
+
+def test_close_wakes_a_thread_waiting_for_the_next_item(portal: LoopThread) -> None:
+    """Another thread (tf.data's, say) blocked in next() ends when the iterator is closed."""
+    import threading
+
+    @asynccontextmanager
+    async def never() -> AsyncIterator[AsyncIterator[int]]:
+        async def gen() -> AsyncIterator[int]:
+            await asyncio.sleep(3600)
+            yield 0
+
+        yield gen()
+
+    it: SyncIterator[int] = SyncIterator(portal, never, maxsize=2)
+    outcome: list[str] = []
+
+    def consume() -> None:
+        try:
+            next(it)
+        except StopIteration:
+            outcome.append("stopped")
+
+    waiter = threading.Thread(target=consume)
+    waiter.start()
+    time.sleep(0.1)
+    it.close()
+    waiter.join(5)
+    assert outcome == ["stopped"]

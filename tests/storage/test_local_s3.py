@@ -155,6 +155,33 @@ def test_loop_thread_runs_coroutines_and_closes_idempotently() -> None:
     assert sys.modules.get("uvloop") is not None
 
 
+def test_loop_thread_close_waits_for_tasks_started_by_cleanup() -> None:
+    """A task started by cleanup code during close is cancelled and waited for too."""
+    started: list[asyncio.Task[None]] = []
+    finished: list[str] = []
+
+    async def cleanup() -> None:
+        try:
+            await asyncio.sleep(3600)
+        finally:
+            finished.append("cleanup")
+
+    async def long_running() -> None:
+        try:
+            await asyncio.sleep(3600)
+        except asyncio.CancelledError:
+            started.append(asyncio.get_running_loop().create_task(cleanup()))  # not in all_tasks() before
+            raise
+
+    thread = LoopThread()
+    thread.submit(long_running())
+    time.sleep(0.05)
+    thread.close()
+    assert len(started) == 1
+    assert started[0].done()
+    assert finished == ["cleanup"]
+
+
 async def test_s3_resumes_a_cut_transfer_with_a_range(
     tmp_path: Path, files: dict[str, bytes], options: StorageOptions, monkeypatch: pytest.MonkeyPatch
 ) -> None:
