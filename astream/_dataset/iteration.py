@@ -78,8 +78,19 @@ class ManagedAsyncIterator(Generic[T]):
         loop = self._loop
         if self._context is None or loop is None or loop.is_closed():
             return
+        try:
+            running = asyncio.get_running_loop()
+        except RuntimeError:
+            running = None
         with contextlib.suppress(RuntimeError):
-            loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
+            if running is loop:
+                # On the loop's own thread (an ``async for`` left with ``break``): one task,
+                # created at once, so a loop shutting down (asyncio.run) waits for it before
+                # it finalizes async generators instead of racing it (a shield would add a
+                # second task that the shutdown does not know about).
+                loop.create_task(self._exit(None))
+            else:
+                loop.call_soon_threadsafe(lambda: loop.create_task(self.aclose()))
 
     async def __aenter__(self) -> ManagedAsyncIterator[T]:
         return self

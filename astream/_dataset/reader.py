@@ -193,18 +193,20 @@ class EpochReader:
     async def aclose(self) -> None:
         task, self._prefetch = self._prefetch, None
         pending = [t for t in (task, *self._requests) if t is not None]
-        for t in pending:
-            t.cancel()
-        if pending:
-            await asyncio.gather(*pending, return_exceptions=True)
-        for lease in sorted(self._held):
-            await self._node.unpin(self._key(lease))
-        self._held.clear()
-        for fut in self._ready:
-            if not fut.done():
-                fut.cancel()
-            elif not fut.cancelled():
-                fut.exception()  # retrieved: an error nobody waited for is not an error
+        try:
+            for t in pending:
+                t.cancel()
+            if pending:
+                await asyncio.gather(*pending, return_exceptions=True)
+            for lease in sorted(self._held):
+                await self._node.unpin(self._key(lease))
+            self._held.clear()
+        finally:  # also when this close is cancelled itself (a loop shutting down)
+            for fut in self._ready:
+                if not fut.done():
+                    fut.cancel()
+                elif not fut.cancelled():
+                    fut.exception()  # retrieved: an error nobody waited for is not an error
 
     def _key(self, lease: int) -> str:
         g = int(self._lease_shard[lease])
@@ -237,7 +239,10 @@ class EpochReader:
             path = await self._node.ensure(self._key(lease), pin=True)
         except BaseException as exc:
             if not future.done():
-                future.set_exception(exc if isinstance(exc, Exception) else asyncio.CancelledError())
+                if isinstance(exc, Exception):
+                    future.set_exception(exc)
+                else:
+                    future.cancel()
             if not isinstance(exc, Exception):
                 raise
         else:

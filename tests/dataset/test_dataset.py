@@ -266,3 +266,17 @@ def test_aclose_ends_an_async_iteration(dataset: StreamingDataset) -> None:
         return first["id"].tolist()
 
     assert len(asyncio.run(run())) == 8
+
+
+def test_async_for_left_with_break_closes_cleanly_under_asyncio_run(dataset: StreamingDataset) -> None:
+    """`async for ...: break` then returning from asyncio.run: no generator finalized while running."""
+    problems: list[dict] = []
+
+    async def run() -> None:
+        asyncio.get_running_loop().set_exception_handler(lambda loop, context: problems.append(context))
+        async for _ in Loader(dataset):
+            break
+        await dataset.aclose()
+
+    asyncio.run(run())
+    assert problems == []
