@@ -340,8 +340,10 @@ def report(results: dict[tuple[str, str, str, str], list[dict[str, Any]]], root:
         workers = how[len("loader"):]
         what = "for s in ds" if how == "iter" else (
             f"Loader(num_workers={workers})" if lib == "astream" else f"DataLoader(num_workers={workers})")
-        print(f"| {name} | {cache} | {what} | {lib} | {m['rate']:,.0f} | {m['later']:,.0f} "
-              f"| {m['later'] * mb / len_of(name):,.1f} | {m['first_s']:.3f} | {m['rss_mb']:,.0f} "
+        later = "" if m["later"] != m["later"] else f"{m['later']:,.0f}"  # NaN with --epochs 1
+        later_mb = "" if not later else f"{m['later'] * mb / len_of(name):,.1f}"
+        print(f"| {name} | {cache} | {what} | {lib} | {m['rate']:,.0f} | {later} "
+              f"| {later_mb} | {m['first_s']:.3f} | {m['rss_mb']:,.0f} "
               f"| {m['import_s']:.2f} | {m['load']:.1f} |")
     print("\nastream / mosaic (throughput: higher is better; first batch and RSS: lower is better). "
           "Epoch 1 counts from the dataset's construction (worker start, cold cache where it is cold); "
