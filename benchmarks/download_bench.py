@@ -89,36 +89,8 @@ def build_dataset(ds: Path, size_mb: int) -> None:
 
 
 # -- workers (each runs in a fresh process and prints one JSON line) ------------------------------
-def worker_raw(url: str, local: str) -> dict[str, Any]:
-    import aiohttp
-
-    from astream._format.index import Index
-    from astream._storage.loop import run
-
-    async def main() -> dict[str, Any]:
-        cpu0, start = cpu_now(), time.perf_counter()
-        first = None
-        total = 0
-        limit = asyncio.Semaphore(8)
-        async with aiohttp.ClientSession(auto_decompress=False) as session:
-            async with session.get(f"{url}/index.json") as resp:
-                index = Index.from_bytes(await resp.read())
-
-            async def one(name: str) -> None:
-                nonlocal first, total
-                async with limit, session.get(f"{url}/{name}") as resp:
-                    async for chunk in resp.content.iter_chunked(1 << 20):
-                        total += len(chunk)
-                if first is None:
-                    first = time.perf_counter() - start
-
-            await asyncio.gather(*(one(s.stored.basename) for s in index.shards))
-        return {"total_s": time.perf_counter() - start, "first_s": first, "bytes": total, "cpu_s": cpu_now() - cpu0}
-
-    return run(main())
-
-
-def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
+def worker_raw(url: str, local: str, to_disk: bool = False) -> dict[str, Any]:
+    """aiohttp alone fetches every shard file, 8 at a time; drops the bytes or writes them as they are."""
     import aiohttp
 
     from astream._format.index import Index
@@ -135,22 +107,31 @@ def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
             async with session.get(f"{url}/index.json") as resp:
                 index = Index.from_bytes(await resp.read())
 
-            async def one(name: str) -> None:
-                nonlocal first, total
-                async with limit, session.get(f"{url}/{name}") as resp:
-                    fd = os.open(os.path.join(local, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
-                    try:
-                        buf: list[bytes] = []
-                        async for chunk, _ in resp.content.iter_chunks():
-                            total += len(chunk)
-                            buf.append(chunk)
-                            if sum(map(len, buf)) >= 1 << 20:
-                                await loop.run_in_executor(None, os.writev, fd, buf)
-                                buf = []
-                        if buf:
+            async def drop(resp: aiohttp.ClientResponse) -> None:
+                nonlocal total
+                async for chunk in resp.content.iter_chunked(1 << 20):
+                    total += len(chunk)
+
+            async def write(resp: aiohttp.ClientResponse, name: str) -> None:
+                nonlocal total
+                fd = os.open(os.path.join(local, name), os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+                try:
+                    buf: list[bytes] = []
+                    async for chunk, _ in resp.content.iter_chunks():
+                        total += len(chunk)
+                        buf.append(chunk)
+                        if sum(map(len, buf)) >= 1 << 20:
                             await loop.run_in_executor(None, os.writev, fd, buf)
-                    finally:
-                        os.close(fd)
+                            buf = []
+                    if buf:
+                        await loop.run_in_executor(None, os.writev, fd, buf)
+                finally:
+                    os.close(fd)
+
+            async def one(name: str) -> None:
+                nonlocal first
+                async with limit, session.get(f"{url}/{name}") as resp:
+                    await (write(resp, name) if to_disk else drop(resp))
                 if first is None:
                     first = time.perf_counter() - start
 
@@ -158,6 +139,10 @@ def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
         return {"total_s": time.perf_counter() - start, "first_s": first, "bytes": total, "cpu_s": cpu_now() - cpu0}
 
     return run(main())
+
+
+def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
+    return worker_raw(url, local, to_disk=True)
 
 
 def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
