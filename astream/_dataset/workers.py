@@ -425,6 +425,10 @@ class WorkerPool:
                         self._first[wid].set()
                         if wid == 0:
                             self._launch.set()
+                    # Let the consumer (on this loop) take it now: with a warm cache the
+                    # reader never waits, and the stand-in would fill its whole queue before
+                    # the first batch left (warm first batch ~23 ms -> ~12 ms).
+                    await asyncio.sleep(0)
         except asyncio.CancelledError:
             self._first[wid].set()
             self._launch.set()
