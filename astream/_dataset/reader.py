@@ -341,13 +341,17 @@ class EpochReader:
         """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
         n = len(self.ids)
         self._predownload = max(self._predownload, chunk)
-        for a in range(0, n, chunk):
-            b = min(a + chunk, n)
+        # The first sample leaves alone, then chunks double up to ``chunk``: the caller's
+        # first sample does not wait for 63 more to be decoded.
+        a, size = 0, 1
+        while a < n:
+            b = min(a + size, n)
             await self._ready_until(b)
             out = [self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)]
             self._touch(a, b)
             await self._advance(b)
             yield out
+            a, size = b, min(chunk, size * 2)
 
     async def samples(self, chunk: int = 64) -> AsyncIterator[dict[str, Any]]:
         """Yield the sequence one sample at a time."""

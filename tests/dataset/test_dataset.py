@@ -280,3 +280,17 @@ def test_async_for_left_with_break_closes_cleanly_under_asyncio_run(dataset: Str
 
     asyncio.run(run())
     assert problems == []
+
+
+def test_sample_chunks_start_small_and_keep_the_order(dataset: StreamingDataset) -> None:
+    """The sync bridge's chunks: the first sample alone (no wait for 63 more), then doubling."""
+    async def run() -> list[list[int]]:
+        async with dataset.open_epoch_reader(0, 0, worker=0, workers_per_rank=1, batch_size=8) as reader:
+            out = [[int(s["id"]) for s in chunk] async for chunk in reader.chunks(chunk=16)]
+        await dataset.aclose()
+        return out
+
+    chunks = asyncio.run(run())
+    assert [len(c) for c in chunks] == [1, 2, 4, 8, *[16] * ((N - 15) // 16), (N - 15) % 16]
+    plan = dataset.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1, batch_size=8)
+    assert [i for c in chunks for i in c] == plan.rank_order(0, 0).tolist()
