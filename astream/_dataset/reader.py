@@ -82,7 +82,7 @@ def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int
         empty = np.zeros(0, np.int64)
         return empty, empty, empty
     pos = np.arange(n, dtype=np.int64)
-    order = np.lexsort((pos, shards))
+    order = np.argsort(shards, kind="stable")  # by shard, then position (a stable sort keeps it)
     sorted_shards = shards[order]
     sorted_pos = pos[order]
     new = np.ones(n, bool)
