@@ -36,6 +36,7 @@ from astream._coord.rendezvous import Address, default_run_id, derive_address, t
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
 from astream._coord.wire import MAX_KEYS
 from astream._coord.world import World
+from astream._storage.loop import within
 from astream.errors import BarrierTimeout, CoordinationError, UsageError
 
 __all__ = ["AsyncNodeClient"]
@@ -290,10 +291,10 @@ class AsyncNodeClient:
         deadline = loop.time() + timeout
         message = {"op": op, "name": name, "parties": wanted, "timeout": timeout}
         try:
-            return await asyncio.wait_for(
+            return await within(
+                timeout + min(5.0, 0.5 + timeout / 2),  # the agent answers first unless it hangs
                 self._call(message, watch=f"barrier {name!r}", describe=lambda: self._inspect_barrier(name),
                            deadline=deadline),
-                timeout + min(5.0, 0.5 + timeout / 2),  # the agent answers first unless it hangs
             )
         except asyncio.TimeoutError as exc:
             if isinstance(exc, CoordinationError):  # the agent's or the watchdog's own answer
@@ -347,7 +348,7 @@ class AsyncNodeClient:
             sock = try_connect(self.address)
             if sock is not None:
                 try:
-                    return await asyncio.wait_for(self._hello(sock), max(0.1, deadline - loop.time()))
+                    return await within(max(0.1, deadline - loop.time()), self._hello(sock))
                 except (AgentLost, asyncio.TimeoutError, ConnectionError) as exc:
                     last = exc  # that agent is going away; elect again
             else:

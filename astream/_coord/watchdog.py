@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
+from astream._storage.loop import within
 from astream.errors import WatchdogTimeout
 
 __all__ = ["WatchdogTimeout", "describe_barrier", "describe_shard", "watched"]
@@ -57,7 +58,7 @@ def describe_barrier(name: str, info: dict[str, Any]) -> str:
 
 async def _ask(describe: Describe) -> str:
     try:
-        return await asyncio.wait_for(describe(), 2.0)
+        return await within(2.0, describe())
     except asyncio.CancelledError:
         raise
     except Exception as exc:

@@ -32,6 +32,7 @@ import socket
 import struct
 import threading
 import traceback
+import warnings
 from collections.abc import AsyncIterator, Callable
 from contextlib import AbstractAsyncContextManager
 from multiprocessing.connection import Connection
@@ -182,6 +183,8 @@ def _process_main(
 # batches, so a worker runs ahead while the consumer waits for a time slice, and big
 # batches cross in a few writes instead of one per 64 KiB.
 _PIPE_BYTES = 1 << 20
+# Seconds a closing pool waits for its stand-ins (they stop at once when cancelled).
+_CLOSE_WAIT = 10.0
 # Seconds worker processes wait at most for the stand-ins' first batch before starting
 # (on a cold cache their start would take the CPU from the first shard's download).
 _LAUNCH_DELAY = 2.0
@@ -531,7 +534,11 @@ class WorkerPool:
 
     async def _finish_close(self) -> None:
         if self._stand_ins:
-            await asyncio.gather(*self._stand_ins, return_exceptions=True)
+            # Bounded, like the joins below: a close never hangs on a stand-in.
+            _, stuck = await asyncio.wait(self._stand_ins, timeout=_CLOSE_WAIT)
+            if stuck:
+                warnings.warn(f"{len(stuck)} loader stand-in(s) did not stop within {_CLOSE_WAIT}s of close",
+                              RuntimeWarning, stacklevel=2)
         await asyncio.to_thread(self._join_all)
         for conn in [*self._conns, *self._controls]:
             conn.close()  # only now: closing under a reading thread is not safe

@@ -13,7 +13,6 @@ from __future__ import annotations
 import abc
 import asyncio
 import os
-import sys
 import warnings
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -21,6 +20,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from astream._storage.loop import within
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream._storage.sink import FileSink, Sink
 from astream.errors import DownloadError, DownloadTimeout, StorageError, UploadError
@@ -102,15 +102,6 @@ class Transient(Exception):
         self.throttled = throttled
 
 
-if sys.version_info >= (3, 11):
-    async def _within(seconds: float, aw: Awaitable[T]) -> T:
-        async with asyncio.timeout(seconds):
-            return await aw
-else:  # pragma: no cover - Python 3.10
-    async def _within(seconds: float, aw: Awaitable[T]) -> T:
-        return await asyncio.wait_for(aw, seconds)
-
-
 async def with_retries(
     url: str,
     attempt: Callable[[int], Awaitable[T]],
@@ -138,7 +129,7 @@ async def with_retries(
     timed_out = True
     for n in range(policy.attempts):
         try:
-            return await _within(timeouts.download, attempt(n))
+            return await within(timeouts.download, attempt(n))
         except TimeoutError as exc:
             if isinstance(exc, StorageError):
                 raise

@@ -15,13 +15,13 @@ import contextlib
 import sys
 import threading
 import warnings
-from collections.abc import Coroutine
+from collections.abc import Awaitable, Coroutine
 from types import TracebackType
 from typing import Any, TypeVar
 
 from astream.errors import UsageError
 
-__all__ = ["LoopThread", "new_event_loop", "run", "uvloop_available"]
+__all__ = ["LoopThread", "new_event_loop", "run", "uvloop_available", "within"]
 
 # Seconds close() waits for the loop's tasks to finish, then for its thread.
 _CLOSE_TIMEOUT = 30.0
@@ -155,3 +155,18 @@ class LoopThread:
     def __del__(self) -> None:
         if not getattr(self, "_closed", True):
             warnings.warn("LoopThread was not closed; use it as a context manager", ResourceWarning, stacklevel=2)
+
+
+if sys.version_info >= (3, 11):
+    async def within(seconds: float, aw: Awaitable[T]) -> T:
+        """``await aw`` for at most ``seconds`` (``TimeoutError`` past them).
+
+        Not ``asyncio.wait_for``: on Python 3.11 it loses a cancellation that arrives as
+        the awaited thing completes (gh-86296), and the cancelled task then runs on as if
+        never cancelled; ``asyncio.timeout`` does not.
+        """
+        async with asyncio.timeout(seconds):
+            return await aw
+else:  # pragma: no cover - Python 3.10
+    async def within(seconds: float, aw: Awaitable[T]) -> T:
+        return await asyncio.wait_for(aw, seconds)

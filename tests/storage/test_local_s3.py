@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -14,7 +15,7 @@ import pytest
 
 from astream._storage import StorageOptions, StoragePool, join_url, scheme_of, storage_class
 from astream._storage.local import LocalStorage
-from astream._storage.loop import LoopThread, new_event_loop, run
+from astream._storage.loop import LoopThread, new_event_loop, run, within
 from astream.errors import ConfigError, DownloadError, RemoteNotFoundError, UploadError
 from astream.testing import MemoryStorage, memory_bucket, moto_s3
 
@@ -180,6 +181,36 @@ def test_loop_thread_close_waits_for_tasks_started_by_cleanup() -> None:
     assert len(started) == 1
     assert started[0].done()
     assert finished == ["cleanup"]
+
+
+@pytest.mark.parametrize("bounded", [within, asyncio.wait_for], ids=["within", "asyncio.wait_for"])
+async def test_a_cancellation_racing_completion_is_not_lost(bounded: Any) -> None:
+    """The awaited future completes and the task is cancelled in the same loop step."""
+    loop = asyncio.get_running_loop()
+    fut = loop.create_future()
+    after: list[str] = []
+
+    async def waiter() -> None:
+        if bounded is within:
+            await within(5, fut)
+        else:
+            await bounded(fut, 5)
+        after.append("went on as if not cancelled")
+        await asyncio.sleep(3600)
+
+    task = asyncio.create_task(waiter())
+    await asyncio.sleep(0)  # the waiter now waits on fut
+    fut.set_result(None)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError, TimeoutError):
+        await asyncio.wait_for(asyncio.shield(task), 0.5)
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    if bounded is within or sys.version_info >= (3, 12):
+        assert after == []
+    else:  # what `within` exists for: 3.11's wait_for swallows this cancellation (gh-86296)
+        assert after == ["went on as if not cancelled"]
 
 
 async def test_s3_resumes_a_cut_transfer_with_a_range(
