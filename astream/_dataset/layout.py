@@ -57,7 +57,8 @@ class SampleMap:
 
     def locate(self, ids: Int64Array) -> tuple[Int64Array, Int64Array]:
         """Global shard number and offset within it, for each id (all ids valid)."""
-        shard = np.searchsorted(self.starts, ids, side="right").astype(np.int64) - 1
+        # The count of shard ends at or below each id is its shard (ids are below the total).
+        shard = np.searchsorted(self.starts[1:-1], ids, side="right").astype(np.int64, copy=False)
         return shard, ids - self.starts[shard]
 
     def locate_one(self, sample: int) -> tuple[int, int]:

@@ -180,11 +180,16 @@ class _Orig:
         q += node
         if self.drop:
             q += self.drop  # position in the column-major matrix read
-        col, row = np.divmod(q, self.ncn)
-        if self.degenerate:
+        if self.ncn == 1 and not self.degenerate and not self.pad:
+            # One canonical node (the default of a single-node run): one row of every
+            # sample, so the entry is its column (skips a divide over the whole sequence).
+            out = q
+        elif self.degenerate:
+            col, row = np.divmod(q, self.ncn)
             width = self.row + self.pad
             out = (row * width + col) % self.num_samples
         else:
+            col, row = np.divmod(q, self.ncn)
             if self.pad:
                 shift = np.minimum(col - self.row, self.pad_src_width - 1) + self.pad_src
                 col = np.where(col >= self.row, shift, col)
