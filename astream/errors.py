@@ -23,6 +23,7 @@ builtin exception describes the same failure, the astream class inherits it too,
     ├── StorageError (OSError)              a remote could not be read or written
     │   ├── DownloadError                   a download failed for good (after retries)
     │   │   ├── RemoteNotFoundError (FileNotFoundError)
+    │   │   ├── RangeNotSupportedError      the remote cannot serve a byte range
     │   │   └── DownloadTimeout (TimeoutError)
     │   └── UploadError                     an upload failed for good
     ├── CacheError                          the local shard cache cannot do what was asked
@@ -54,6 +55,7 @@ __all__ = [
     "IndexFormatError",
     "MissingExtraError",
     "ProtocolError",
+    "RangeNotSupportedError",
     "RemoteNotFoundError",
     "SampleError",
     "SampleIndexError",
@@ -138,6 +140,10 @@ class DownloadError(StorageError):
 
 class RemoteNotFoundError(DownloadError, FileNotFoundError):
     """The remote object does not exist (HTTP 404, S3 NoSuchKey, missing file)."""
+
+
+class RangeNotSupportedError(DownloadError):
+    """The backend or server cannot serve a byte range of an object."""
 
 
 class DownloadTimeout(DownloadError, TimeoutError):

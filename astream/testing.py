@@ -27,7 +27,14 @@ from typing import Any
 
 from aiohttp import web
 
-from astream._storage.base import Storage, StorageOptions, TransferEvents, with_retries
+from astream._storage.base import (
+    Storage,
+    StorageOptions,
+    TransferEvents,
+    check_range,
+    range_past_end,
+    with_retries,
+)
 from astream._storage.loop import LoopThread
 from astream._storage.registry import register
 from astream._storage.sink import Sink
@@ -201,22 +208,26 @@ class LoopbackServer:
     async def _stream(self, request: web.Request, path: str, fault: Fault | None) -> web.StreamResponse:
         st = os.stat(path)
         etag = f'"{st.st_mtime_ns:x}-{st.st_size:x}"'
-        start, status = 0, 200
+        start, stop, status = 0, st.st_size, 200
         rng = request.headers.get("Range")
         if_range = request.headers.get("If-Range")
         if rng and self.ranges and (if_range is None or if_range == etag) and rng.startswith("bytes="):
-            first = rng[6:].split("-")[0]
-            if first.isdigit():
+            # One range, "first-" or "first-last"; like FileResponse, a last past the end is
+            # clamped to it (RFC 9110 14.1.2), and anything else is ignored (whole file, 200).
+            first, _, last = rng[6:].partition("-")
+            if first.isdigit() and (last == "" or (last.isdigit() and int(last) >= int(first))):
                 start, status = int(first), 206
+                if last:
+                    stop = min(int(last) + 1, st.st_size)
                 if start >= st.st_size:
                     return web.Response(status=416, headers={"Content-Range": f"bytes */{st.st_size}"})
-        length = st.st_size - start
+        length = stop - start
         resp = web.StreamResponse(status=status)
         resp.headers["ETag"] = etag
         resp.headers["Accept-Ranges"] = "bytes" if self.ranges else "none"
         resp.content_length = length
         if status == 206:
-            resp.headers["Content-Range"] = f"bytes {start}-{st.st_size - 1}/{st.st_size}"
+            resp.headers["Content-Range"] = f"bytes {start}-{stop - 1}/{st.st_size}"
         await resp.prepare(request)
         if request.method == "HEAD":
             return resp
@@ -342,6 +353,18 @@ class MemoryStorage(Storage):
         if key not in bucket:
             raise RemoteNotFoundError(f"{url}: no such object")
         return bucket[key]
+
+    async def read_range(self, url: str, start: int, end: int) -> bytes:
+        start, end = check_range(url, start, end)
+        if start == end:
+            return b""
+        bucket, key = self._locate(url)
+        if key not in bucket:
+            raise RemoteNotFoundError(f"{url}: no such object")
+        data = bucket[key]
+        if len(data) < end:
+            raise range_past_end(url, len(data), start, end)
+        return data[start:end]
 
     async def exists(self, url: str) -> bool:
         bucket, key = self._locate(url)

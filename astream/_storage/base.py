@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import abc
 import asyncio
+import operator
 import os
+import re
 import warnings
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
@@ -23,7 +25,14 @@ from typing import Protocol, TypeVar
 from astream._storage.loop import within
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream._storage.sink import FileSink, Sink
-from astream.errors import DownloadError, DownloadTimeout, StorageError, UploadError
+from astream.errors import (
+    ConfigError,
+    DownloadError,
+    DownloadTimeout,
+    RangeNotSupportedError,
+    StorageError,
+    UploadError,
+)
 
 __all__ = [
     "NO_EVENTS",
@@ -31,7 +40,10 @@ __all__ = [
     "StorageOptions",
     "TransferEvents",
     "Transient",
+    "check_content_range",
+    "check_range",
     "check_remote_size",
+    "range_past_end",
     "with_retries",
 ]
 
@@ -198,6 +210,27 @@ class Storage(abc.ABC):
     async def read_bytes(self, url: str) -> bytes:
         """The whole object at ``url`` (for small files such as index.json)."""
 
+    async def read_range(self, url: str, start: int, end: int) -> bytes:
+        """Bytes ``start:end`` of the object at ``url`` (``end`` exclusive), in one request.
+
+        Used to read a few records of a shard before the whole file has arrived. Retried like
+        ``read_bytes`` (the storage's RetryPolicy); ``start == end`` returns b"" without a request.
+
+        Raises:
+            ConfigError: ``start < 0`` or ``end < start``.
+            RemoteNotFoundError: there is no such object.
+            RangeNotSupportedError: this backend or server cannot serve a byte range (the base
+                class always raises it; an HTTP server that answers a Range request with 200).
+            DownloadError: the object ends before ``end`` or the transfer failed for good.
+        """
+        # Not abstract: a backend registered with register() before ranged reads existed keeps
+        # working, and callers fall back to the whole file on RangeNotSupportedError. It raises
+        # even for an empty range, so a caller learns the backend's ability on its first call.
+        check_range(url, start, end)
+        raise RangeNotSupportedError(
+            f"{url}: {type(self).__name__} cannot read a byte range; read the whole object instead"
+        )
+
     @abc.abstractmethod
     async def exists(self, url: str) -> bool:
         """Whether an object exists at ``url``."""
@@ -261,3 +294,55 @@ def check_remote_size(url: str, total: int, size: int | None) -> None:
             f"{url}: the remote object is {total} bytes but index.json says {size}; "
             "the dataset changed after its index was written (re-create the index or the cache)"
         )
+
+
+def check_range(url: str, start: int, end: int) -> tuple[int, int]:
+    """Refuse a byte range that is not ``0 <= start <= end``; returns it as plain ints.
+
+    Integer-likes (numpy offsets read from an index) are accepted through ``__index__``.
+
+    Raises:
+        ConfigError: a bound is not an integer, ``start < 0`` or ``end < start``.
+    """
+    bounds = []
+    for name, value in (("start", start), ("end", end)):
+        try:
+            if isinstance(value, bool):
+                raise TypeError
+            bounds.append(operator.index(value))
+        except TypeError:
+            raise ConfigError(f"{url}: read_range {name} must be an integer, got {value!r}") from None
+    first, stop = bounds
+    if first < 0 or stop < first:
+        raise ConfigError(f"{url}: read_range needs 0 <= start <= end, got start={first}, end={stop}")
+    return first, stop
+
+
+def range_past_end(url: str, size: int | None, start: int, end: int) -> DownloadError:
+    """The error for a range that runs past the end of the object (``size`` if known)."""
+    what = f"is {size} bytes" if size is not None else "ends"
+    return DownloadError(
+        f"{url}: the object {what} before byte {end}, so it has no bytes {start}:{end} "
+        "(the index and the remote disagree, or the object changed)"
+    )
+
+
+_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+
+
+def check_content_range(url: str, header: str | None, start: int, end: int) -> None:
+    """Refuse a partial answer that is not exactly bytes ``start:end`` (``end`` exclusive).
+
+    Raises:
+        DownloadError: the object is shorter than ``end`` (the server clamped the range),
+            or the server says it sent other bytes than asked. Not retried: the same
+            request would get the same answer.
+    """
+    match = _CONTENT_RANGE.match(header or "")
+    if match and int(match.group(1)) == start and int(match.group(2)) == end - 1:
+        return
+    if match and int(match.group(1)) == start and match.group(3) != "*" and int(match.group(3)) < end:
+        raise range_past_end(url, int(match.group(3)), start, end)
+    raise DownloadError(
+        f"{url}: asked for bytes {start}-{end - 1} but the answer's Content-Range is {header!r}; not retried"
+    )

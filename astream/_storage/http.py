@@ -22,16 +22,21 @@ from astream._storage.base import (
     StorageOptions,
     TransferEvents,
     Transient,
+    check_content_range,
+    check_range,
     check_remote_size,
+    range_past_end,
     with_retries,
 )
 from astream._storage.retry import parse_retry_after
 from astream._storage.sink import Sink
-from astream.errors import DownloadError, RemoteNotFoundError, UploadError, UsageError
+from astream.errors import DownloadError, RangeNotSupportedError, RemoteNotFoundError, UploadError, UsageError
 
 __all__ = ["HttpStorage"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+# What a 416 carries: the size of the object, whose end the range ran past.
+_UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 _THROTTLE = {429, 503}
 # Network-level failures that another attempt may fix (DNS failure included: resolvers flap).
 _NETWORK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
@@ -166,6 +171,48 @@ class HttpStorage(Storage):
                     return await resp.read()
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def read_range(self, url: str, start: int, end: int) -> bytes:
+        start, end = check_range(url, start, end)
+        if start == end:
+            return b""
+        session = self._get_session()
+        length = end - start
+        headers = {"Range": f"bytes={start}-{end - 1}"}
+
+        async def attempt(n: int) -> bytes:
+            try:
+                async with session.get(url, headers=headers) as resp:
+                    if resp.status == 200:
+                        # The server ignores ranges and is sending the whole object: drop the
+                        # connection rather than drain a shard we did not ask for.
+                        resp.close()
+                        raise RangeNotSupportedError(
+                            f"{url}: the server answered a Range request with the whole object (HTTP 200); "
+                            "it does not serve byte ranges"
+                        )
+                    if resp.status == 416:
+                        match = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
+                        raise range_past_end(url, int(match.group(1)) if match else None, start, end)
+                    if resp.status != 206:
+                        raise _status_error(url, resp)
+                    check_content_range(url, resp.headers.get("Content-Range"), start, end)
+                    if resp.content_length is not None and resp.content_length != length:
+                        resp.close()
+                        raise DownloadError(
+                            f"{url}: asked for {length} bytes at {start} but the answer is "
+                            f"{resp.content_length} bytes long; not retried"
+                        )
+                    data = await resp.read()
+            except _NETWORK_ERRORS as exc:
+                raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
+            if len(data) < length:
+                raise Transient(f"the body ended after {len(data)} of {length} bytes")
+            if len(data) > length:
+                raise DownloadError(f"{url}: asked for {length} bytes at {start} but got {len(data)}; not retried")
+            return data
 
         return await with_retries(url, attempt, self.options, self.events)
 

@@ -16,7 +16,14 @@ from urllib.parse import unquote, urlsplit
 import aiofiles
 import aiofiles.os
 
-from astream._storage.base import Storage, TransferEvents, Transient, with_retries
+from astream._storage.base import (
+    Storage,
+    TransferEvents,
+    Transient,
+    check_range,
+    range_past_end,
+    with_retries,
+)
 from astream._storage.sink import BufferedSink, Sink
 from astream.errors import DownloadError, RemoteNotFoundError, StorageError, UploadError
 
@@ -132,6 +139,47 @@ class LocalStorage(Storage):
                     return bytes(await fh.read())
             except OSError as exc:
                 raise _translate(url, exc) from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def read_range(self, url: str, start: int, end: int) -> bytes:
+        start, end = check_range(url, start, end)
+        if start == end:
+            return b""
+        path = local_path_of(url)
+        length = end - start
+
+        def job() -> bytes:
+            # open, fstat and pread all in the executor: on a network filesystem any of them
+            # can block for seconds. pread leaves no shared file offset to race on.
+            fd = os.open(path, os.O_RDONLY)
+            try:
+                size = os.fstat(fd).st_size
+                if size < end:
+                    raise range_past_end(url, size, start, end)
+                parts: list[bytes] = []
+                got = 0
+                while got < length:
+                    data = os.pread(fd, length - got, start + got)  # may return less (2 GiB cap)
+                    if not data:
+                        break
+                    parts.append(data)
+                    got += len(data)
+            finally:
+                os.close(fd)
+            return parts[0] if len(parts) == 1 else b"".join(parts)
+
+        async def attempt(n: int) -> bytes:
+            try:
+                data = await asyncio.get_running_loop().run_in_executor(None, job)
+            except OSError as exc:
+                if isinstance(exc, StorageError):
+                    raise
+                raise _translate(url, exc) from exc
+            if len(data) != length:
+                # The file shrank between fstat and pread; the next attempt sees its new size.
+                raise Transient(f"read {len(data)} of {length} bytes at {start} (the file changed while read)")
+            return data
 
         return await with_retries(url, attempt, self.options, self.events)
 

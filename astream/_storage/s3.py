@@ -23,11 +23,21 @@ from astream._storage.base import (
     StorageOptions,
     TransferEvents,
     Transient,
+    check_content_range,
+    check_range,
     check_remote_size,
+    range_past_end,
     with_retries,
 )
 from astream._storage.sink import Sink
-from astream.errors import DownloadError, MissingExtraError, RemoteNotFoundError, UploadError, UsageError
+from astream.errors import (
+    DownloadError,
+    MissingExtraError,
+    RangeNotSupportedError,
+    RemoteNotFoundError,
+    UploadError,
+    UsageError,
+)
 
 __all__ = ["S3Storage", "split_s3_url"]
 
@@ -191,6 +201,63 @@ class S3Storage(Storage):
                 raise self._translate(url, exc) from exc
 
         return await with_retries(url, attempt, self.options, self.events)
+
+    async def read_range(self, url: str, start: int, end: int) -> bytes:
+        start, end = check_range(url, start, end)
+        if start == end:
+            return b""
+        client = await self._get_client()
+        bucket, key = split_s3_url(url)
+        length = end - start
+
+        async def attempt(n: int) -> bytes:
+            try:
+                resp = await client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+                # Leaving this block closes the body: an unread one drops its connection.
+                async with resp["Body"] as body:
+                    status = int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+                    if status == 200 or (status != 206 and not resp.get("ContentRange")):
+                        # S3 itself always honours a single range; an S3-compatible store may not.
+                        raise RangeNotSupportedError(
+                            f"{url}: the endpoint answered a Range request with the whole object; "
+                            "it does not serve byte ranges"
+                        )
+                    check_content_range(url, resp.get("ContentRange"), start, end)
+                    if int(resp.get("ContentLength", length)) != length:
+                        raise DownloadError(
+                            f"{url}: asked for {length} bytes at {start} but the answer is "
+                            f"{resp.get('ContentLength')} bytes long; not retried"
+                        )
+                    data = bytes(await body.read())
+            except (Transient, DownloadError):
+                raise
+            except Exception as exc:
+                past_end = self._past_end(url, exc, start, end)
+                if past_end is not None:
+                    raise past_end from exc
+                raise self._translate(url, exc) from exc
+            if len(data) < length:
+                raise Transient(f"the body ended after {len(data)} of {length} bytes")
+            if len(data) > length:
+                raise DownloadError(f"{url}: asked for {length} bytes at {start} but got {len(data)}; not retried")
+            return data
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    def _past_end(self, url: str, exc: BaseException, start: int, end: int) -> DownloadError | None:
+        """The error for S3's answer to a range that starts at or past the end (416 InvalidRange).
+
+        ``_translate`` reads that answer as an object that changed under a resume (retried);
+        here it means an object shorter than asked, which no retry fixes.
+        """
+        if not isinstance(exc, self._exc.ClientError):
+            return None
+        error = exc.response.get("Error", {})
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        if str(error.get("Code", "")) != "InvalidRange" and status != 416:
+            return None
+        actual = str(error.get("ActualObjectSize", ""))  # S3 and moto say how long the object is
+        return range_past_end(url, int(actual) if actual.isdigit() else None, start, end)
 
     async def exists(self, url: str) -> bool:
         client = await self._get_client()
