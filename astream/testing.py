@@ -68,6 +68,8 @@ class Fault:
         retry_after: the ``Retry-After`` header to send with it, if any.
         after: body bytes sent before a reset, stall or truncation.
         seconds: length of a delay or stall.
+        ranged: hit only requests with a ``Range`` header (True), only those without
+            (False), or both (None).
     """
 
     kind: str
@@ -77,6 +79,7 @@ class Fault:
     retry_after: str | None = None
     after: int = 0
     seconds: float = 0.0
+    ranged: bool | None = None
 
 
 @dataclass(frozen=True)
@@ -160,9 +163,11 @@ class LoopbackServer:
             1 for r in self.log if fnmatch.fnmatch(r.path, match) and (method is None or r.method == method)
         )
 
-    def _take_fault(self, path: str) -> Fault | None:
+    def _take_fault(self, path: str, ranged: bool) -> Fault | None:
         with self._state.lock:
             for fault in self._state.faults:
+                if fault.ranged is not None and fault.ranged != ranged:
+                    continue
                 if (fault.times is None or fault.times > 0) and fnmatch.fnmatch(path, fault.match):
                     if fault.times is not None:
                         fault.times -= 1
@@ -190,7 +195,7 @@ class LoopbackServer:
 
     async def _answer(self, request: web.Request, rel: str) -> web.StreamResponse:
         path = self._resolve(rel)
-        fault = self._take_fault(rel)
+        fault = self._take_fault(rel, "Range" in request.headers)
         if fault is not None and fault.kind == "delay":
             await asyncio.sleep(fault.seconds)
             fault = None

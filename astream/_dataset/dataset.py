@@ -28,6 +28,7 @@ from astream._coord.world import World
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
+from astream._dataset.peek import RemotePeek
 from astream._dataset.provider import CacheProviderFactory, EngineSpec, shard_key
 from astream._dataset.reader import EpochReader, OpenShards
 from astream._dataset.runtime import portal
@@ -184,6 +185,7 @@ class StreamingDataset:
         self._initial_physical_nodes: int | None = None
         self._epoch: int = 0
         self._epoch_offset: int = 0
+        self._peek_network = True  # this process may read ahead of downloads over the network
         self._init_process_state()
         self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1)  # validate the whole config now
 
@@ -194,13 +196,14 @@ class StreamingDataset:
             weakref.WeakKeyDictionary()
         )
         self._shards = OpenShards(self.sample_map)
+        self._peek_sources: list[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
         self._plans: OrderedDict[tuple[Any, ...], EpochPlan] = OrderedDict()
         self._plans_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         # The sample map holds compiled record layouts; it is rebuilt from the indexes.
-        for name in ("_clients", "_shards", "sample_map", "_plans", "_plans_lock"):
+        for name in ("_clients", "_shards", "sample_map", "_plans", "_plans_lock", "_peek_sources"):
             del state[name]
         return state
 
@@ -208,6 +211,9 @@ class StreamingDataset:
         self.__dict__.update(state)
         self.sample_map = SampleMap(self.indexes, self.allow_unsafe_types)
         self._init_process_state()
+        # A loader's worker process: read ahead of downloads from local-directory remotes
+        # only (importing the HTTP client here would cost more than the wait it saves).
+        self._peek_network = False
 
     # -- indexes -----------------------------------------------------------------------------
 
@@ -431,8 +437,15 @@ class StreamingDataset:
         ids = plan.worker_ids(self.world.node, self.world.local_rank, worker)
         ids = ids[ids >= 0]
         async with EpochReader(node, self.sample_map, ids, self.resolved_predownload(batch_size),
-                               self.max_concurrency, self._shards) as reader:
+                               self.max_concurrency, self._shards, peek=self._remote_peek()) as reader:
             yield reader
+
+    def _remote_peek(self) -> RemotePeek | None:
+        """Ranged reads of shards still downloading, for one reader (see :mod:`astream._dataset.peek`)."""
+        if self._peek_sources is False:
+            self._peek_sources = RemotePeek.sources_of(self.sample_map, self.streams, network=self._peek_network)
+        sources = self._peek_sources
+        return RemotePeek(self.sample_map, sources) if isinstance(sources, list) else None
 
     @asynccontextmanager
     async def _sample_stream(self, chunked: bool) -> AsyncIterator[AsyncIterator[Any]]:

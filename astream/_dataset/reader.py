@@ -7,6 +7,8 @@ for the stretch where it is read, not once per sample. A prefetch task asks the 
 agent for leases in order of their start as the consumer approaches them (at most
 ``max_concurrency`` requests in flight); the consumer waits only for the leases its
 next batch needs, and releases each lease as soon as the sequence has passed its end.
+Where a lease is still downloading, the records of the batch may instead be read from
+the remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
 
 Shards are read through read-only memory maps, and every page of a map that a read
 touched counts in the process's RSS until it is unmapped. The reader hands touched
@@ -30,8 +32,10 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._arrays import group_positions, sorted_unique
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
+from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import shard_key
 from astream._format.shard import ShardReader
 
@@ -158,6 +162,7 @@ class EpochReader:
         predownload: how many samples ahead shards are requested.
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
+        peek: reads the records of shards still downloading from the remote (None: wait).
     """
 
     def __init__(
@@ -168,8 +173,10 @@ class EpochReader:
         predownload: int,
         max_concurrency: int,
         shards: OpenShards,
+        peek: RemotePeek | None = None,
     ) -> None:
         self._node = node
+        self._peek = peek
         self._smap = smap
         self._shards = shards
         self.ids = ids
@@ -213,6 +220,8 @@ class EpochReader:
             for lease in sorted(self._held):
                 await self._node.unpin(self._key(lease))
             self._held.clear()
+            if self._peek is not None:
+                await self._peek.aclose()
         finally:  # also when this close is cancelled itself (a loop shutting down)
             for fut in self._ready:
                 if not fut.done():
@@ -275,6 +284,62 @@ class EpochReader:
                 self._paths[int(self._lease_shard[lease])] = path
             self._needed += 1
 
+    def _pending(self, start: int, stop: int) -> dict[int, int]:
+        """Leases of positions ``start:stop`` that are not ready yet, by shard; the paths of
+        the ready ones are noted (a lease that failed raises its error here)."""
+        pending: dict[int, int] = {}
+        starts = self._lease_start
+        lease = self._needed
+        while lease < len(starts) and starts[lease] < stop:
+            future = self._ready[lease]
+            shard = int(self._lease_shard[lease])
+            if not future.done():
+                if self._lease_end[lease] >= start:  # else passed while read ahead
+                    pending[shard] = lease  # (a lease may span positions with none of its shard)
+            elif path := future.result():
+                self._paths[shard] = path
+            lease += 1
+        return pending
+
+    async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
+        """Make positions ``a:b`` readable: wait for their leases, or read the records of
+        shards still downloading from the remote (:mod:`astream._dataset.peek`), whichever
+        is first. Returns the records read ahead, by shard (empty: all from the cache)."""
+        peek = self._peek
+        if peek is None:
+            await self._ready_until(b)
+            return {}
+        pending = self._pending(a, b)
+        shards = self._shard[a:b]
+        offsets = self._offset[a:b]
+        if pending:
+            present = set(shards.tolist())
+            pending = {shard: lease for shard, lease in pending.items() if shard in present}
+        if not pending or not all(peek.can(shard) for shard in pending):
+            await self._ready_until(b)
+            return {}
+        reads = {shard: asyncio.ensure_future(peek.records(shard, offsets[shards == shard])) for shard in pending}
+        ready = [self._ready[lease] for lease in pending.values()]
+        gathered = asyncio.gather(*reads.values())
+        try:
+            # Whichever comes first: the records, or every shard they are in.
+            waiting: set[asyncio.Future[Any]] = {gathered, *ready}
+            while gathered in waiting and any(f in waiting for f in ready):
+                _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if gathered.done():
+                peeked = {shard: r for shard, r in zip(reads, gathered.result(), strict=True) if r is not None}
+                if len(peeked) == len(reads):
+                    return peeked
+        finally:
+            # Cancel through the gather (cancelling its children alone would leave it holding
+            # a CancelledError nobody retrieves).
+            if not gathered.done():
+                gathered.cancel()
+            elif not gathered.cancelled():
+                gathered.exception()
+        await self._ready_until(b)
+        return {}
+
     def _touch(self, a: int, b: int) -> None:
         """Positions ``a:b`` were read: count the bytes mapped for them."""
         shards = self._shard[a:b]
@@ -283,7 +348,7 @@ class EpochReader:
             self._touched.add(first)
             self._touched_bytes += (b - a) * self._mean_record[first]
         else:
-            uniq = np.unique(shards).tolist()
+            uniq = sorted_unique(shards).tolist()
             self._touched.update(uniq)
             self._touched_bytes += float(self._mean_record[shards].sum())
         if self._touched_bytes >= RESIDENT_BUDGET:
@@ -304,19 +369,22 @@ class EpochReader:
                 self._touched.discard(shard)
             await self._node.unpin(self._key(lease))
 
-    def _reader(self, shard: int) -> ShardReader:
+    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> ShardReader | PeekedRecords:
+        if peeked and shard in peeked:
+            return peeked[shard]
         return self._shards.get(shard, self._paths[shard])
 
-    def _read_batch(self, a: int, b: int) -> dict[str, Any]:
+    def _read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None) -> dict[str, Any]:
         shards = self._shard[a:b]
         offsets = self._offset[a:b]
         if shards[0] == shards[-1] and (shards == shards[0]).all():
-            return self._reader(int(shards[0])).get_batch(offsets)
-        uniq, inverse = np.unique(shards, return_inverse=True)
-        order = np.argsort(inverse, kind="stable")
-        groups = np.split(order, np.cumsum(np.bincount(inverse))[:-1])
-        parts = [(idx, self._reader(int(g)).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
+            return self._reader(int(shards[0]), peeked).get_batch(offsets)
+        uniq, groups = group_positions(shards)
+        parts = [(idx, self._reader(int(g), peeked).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
         return _scatter(parts, b - a)
+
+    def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
+        return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
 
     async def batches(
         self, batch_size: int, drop_last: bool, collate: Callable[[list[dict[str, Any]]], Any] | None = None
@@ -340,11 +408,8 @@ class EpochReader:
                 await self._advance(min(first * batch_size, n))
         for a in range(first * batch_size, stop_at, batch_size):
             b = min(a + batch_size, n)
-            await self._ready_until(b)
-            if collate is None:
-                batch = self._read_batch(a, b)
-            else:
-                batch = collate([self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)])
+            peeked = await self._fetch(a, b)
+            batch = self._read_batch(a, b, peeked) if collate is None else collate(self._read_each(a, b, peeked))
             self._touch(a, b)
             await self._advance(b)
             yield batch
@@ -358,8 +423,7 @@ class EpochReader:
         a, size = 0, 1
         while a < n:
             b = min(a + size, n)
-            await self._ready_until(b)
-            out = [self._reader(int(self._shard[i])).get(int(self._offset[i])) for i in range(a, b)]
+            out = self._read_each(a, b, await self._fetch(a, b))
             self._touch(a, b)
             await self._advance(b)
             yield out
@@ -371,9 +435,9 @@ class EpochReader:
         self._predownload = max(self._predownload, chunk)
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
-            await self._ready_until(b)
+            peeked = await self._fetch(a, b)
             for i in range(a, b):
-                yield self._reader(int(self._shard[i])).get(int(self._offset[i]))
+                yield self._reader(int(self._shard[i]), peeked).get(int(self._offset[i]))
             self._touch(a, b)
             await self._advance(b)
 

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._arrays import sorted_unique
 from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
@@ -191,7 +192,7 @@ class LocalDataset:
             raise out_of_range(self.root, int(idx[(idx < -total) | (idx >= total)][0]), total)
         idx = np.where(idx < 0, idx + total, idx)
         shards = np.searchsorted(self._starts_np, idx, side="right") - 1
-        unique = np.unique(shards)
+        unique = sorted_unique(shards)
         if len(unique) == 1:
             shard = int(unique[0])
             return self.shard(shard).get_batch(idx - self._starts[shard])

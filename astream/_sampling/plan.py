@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 from numpy.typing import NDArray
 
+from astream._arrays import sorted_unique
 from astream._sampling import defaults
 from astream._sampling.batching import (
     MergeContext,
@@ -287,7 +288,7 @@ class EpochPlan:
         if "shuffle_ids" in self.__dict__:  # the whole shuffle is cached already
             return ShuffleParts(bounds, full=self.shuffle_ids)
         used = positions[positions >= 0]
-        keep = frozenset(np.unique(np.searchsorted(bounds, used, side="right") - 1).tolist())
+        keep = frozenset(sorted_unique(np.searchsorted(bounds, used, side="right") - 1).tolist())
         cached = self._last_parts
         if cached is not None and cached[0] >= keep:
             return cached[1]

@@ -17,6 +17,7 @@ from typing import Protocol
 
 import numpy as np
 
+from astream._arrays import sorted_unique
 from astream._sampling.shuffle.spans import Int64Array, epoch_spans, segment_arange
 
 __all__ = ["NodeVisitor", "ShuffleParts", "shuffle_nodes"]
@@ -66,7 +67,7 @@ class ShuffleParts:
             return
         indices = np.flatnonzero(positions >= 0)
         nodes = self.nodes_of(positions[indices])
-        for node in np.unique(nodes).tolist():
+        for node in sorted_unique(nodes).tolist():
             where = indices[nodes == node]
             positions[where] = self.parts[node][positions[where] - self.bounds[node]]
 

@@ -1,0 +1,199 @@
+"""Records of a shard read straight from the remote, before the shard has arrived.
+
+A reader that needs samples of a shard still on its way would wait for the whole file:
+64 MB is ~45 ms on loopback and a second or more on a cloud link, the largest part of a
+cold first batch (and of a resume that lands on a shard not yet cached). An uncompressed
+MDS shard can be read in place instead: its header gives every record's byte range, so
+the few records a batch needs arrive in one or two ranged reads while the download of
+the whole file goes on. The records are put into a small shard of their own and read by
+:class:`~astream._format.shard.ShardReader`, so every check of the format layer applies.
+
+Where it does not apply (the reader waits for the download, as before):
+
+- shards stored compressed on the remote (``zip_data``): there is no byte range to read;
+- streams with ``validate_hash``: the records would be handed out before the file that
+  holds them could be checked;
+- beyond a quarter of a shard's bytes (at least one batch): past that the download is
+  better spent, and a slow link would otherwise carry the shard twice;
+- remotes other than a local directory in a loader's worker processes: importing the
+  HTTP client there costs more time and memory than the download it would save;
+- after any failure for a shard (a server without ranges, a header that disagrees with
+  index.json, a network error): the download's own checks then report what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from astream._arrays import sorted_unique
+from astream._dataset.layout import SampleMap
+from astream._format.shard import ShardReader
+from astream._storage.base import StorageOptions
+from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.retry import RetryPolicy
+from astream.errors import AstreamError, ShardFormatError
+
+__all__ = ["PeekedRecords", "RemotePeek"]
+
+log = logging.getLogger("astream.peek")
+
+Int64Array = npt.NDArray[np.int64]
+
+# Records closer than this are fetched in one request with the bytes between them.
+_COALESCE = 256 << 10
+# A shard's records read ahead of its download, as a fraction of its bytes.
+_BUDGET = 0.25
+_U32 = np.dtype("<u4")
+
+
+class PeekedRecords:
+    """Some records of one shard, addressed by their index in the shard."""
+
+    def __init__(self, reader: ShardReader, offsets: Int64Array) -> None:
+        self._reader = reader
+        self._offsets = offsets  # sorted, unique: entry i of the small shard is record offsets[i]
+
+    def get_batch(self, offsets: Int64Array) -> dict[str, Any]:
+        return self._reader.get_batch(np.searchsorted(self._offsets, offsets))
+
+    def get(self, offset: int) -> dict[str, Any]:
+        return self._reader.get(int(np.searchsorted(self._offsets, offset)))
+
+
+class RemotePeek:
+    """Ranged reads of the records a reader needs from shards it is still waiting for.
+
+    Lives on one event loop (the reader's) and is closed with the reader.
+
+    Args:
+        smap: where every global shard's records live and how they decode.
+        urls: per global shard, the remote URL of its uncompressed file, or None where
+            peeking does not apply (see the module docstring).
+    """
+
+    def __init__(self, smap: SampleMap, sources: Sequence[tuple[str, str] | None]) -> None:
+        self._smap = smap
+        self._sources = list(sources)
+        self._heads: dict[int, Int64Array] = {}
+        self._spent: dict[int, int] = {}
+        self._off: set[int] = set()
+        self._pool: StoragePool | None = None
+
+    @staticmethod
+    def sources_of(
+        smap: SampleMap, streams: Sequence[Any], *, network: bool
+    ) -> list[tuple[str, str] | None] | None:
+        """Per global shard, ``(remote URL, cache path)`` of its uncompressed file where a
+        peek applies (else None), or None when no shard of the dataset can be peeked.
+
+        Args:
+            streams: the dataset's resolved streams (``remote``, ``split``, ``validate_hash``,
+                ``local_dir``).
+            network: whether remotes other than a local directory may be read.
+        """
+        out: list[tuple[str, str] | None] = []
+        for s, index in zip(streams, smap.indexes, strict=True):
+            usable = (
+                s.remote is not None
+                and not s.validate_hash
+                and (network or scheme_of(s.remote) in ("", "file"))
+            )
+            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
+            for info in index.shards:
+                name = info.raw_data.basename
+                ok = usable and info.zip_data is None
+                out.append((join_url(s.remote, s.split, name), os.path.join(folder, name)) if ok else None)
+        return out if any(x is not None for x in out) else None
+
+    def can(self, shard: int) -> bool:
+        """Whether ``shard``'s records may be read from the remote now: it applies, it has not
+        failed, and the shard is not in the cache already (then its lease is a moment away)."""
+        source = self._sources[shard]
+        return source is not None and shard not in self._off and not os.path.exists(source[1])
+
+    async def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        """Records ``offsets`` of global shard ``shard``, or None (then wait for the download)."""
+        source = self._sources[shard]
+        if source is None or shard in self._off:
+            return None
+        url = source[0]
+        try:
+            return await self._read(shard, url, offsets)
+        except asyncio.CancelledError:
+            raise
+        except (AstreamError, OSError) as exc:
+            self._off.add(shard)
+            log.debug("astream: reading %s ahead of its download failed (%s); waiting for the download", url, exc)
+            return None
+
+    async def _read(self, shard: int, url: str, offsets: Int64Array) -> PeekedRecords | None:
+        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+        head = self._heads.get(shard)
+        if head is None:
+            head = await self._head(shard, url, info.samples, info.raw_data.bytes)
+        wanted = sorted_unique(offsets)
+        begin, end = head[wanted], head[wanted + 1]
+        spent = self._spent.get(shard, 0)
+        if spent and spent + int((end - begin).sum()) > info.raw_data.bytes * _BUDGET:
+            self._off.add(shard)  # the download is the cheaper way now
+            return None
+        # Ranges of records no more than _COALESCE apart, one request each.
+        split = np.flatnonzero(begin[1:] - end[:-1] > _COALESCE) + 1
+        lo = np.r_[0, split]
+        hi = np.r_[split, len(wanted)]
+        storage = self._storage(url)
+        chunks = await asyncio.gather(*(
+            storage.read_range(url, int(begin[a]), int(end[b - 1])) for a, b in zip(lo, hi, strict=True)
+        ))
+        self._spent[shard] = self._spent.get(shard, 0) + sum(len(c) for c in chunks)
+        # A shard of just these records: header, offsets, the records back to back.
+        n = len(wanted)
+        sizes = end - begin
+        table = np.empty(n + 1, np.int64)
+        table[0] = 4 + 4 * (n + 1)
+        np.cumsum(sizes, out=table[1:])
+        table[1:] += table[0]
+        body = bytearray(int(table[-1]))
+        struct.pack_into("<I", body, 0, n)
+        body[4 : table[0]] = table.astype(_U32).tobytes()
+        for (a, b), chunk in zip(zip(lo, hi, strict=True), chunks, strict=True):
+            base = int(begin[a])
+            for i in range(int(a), int(b)):
+                body[table[i] : table[i + 1]] = chunk[int(begin[i]) - base : int(end[i]) - base]
+        layout = self._smap.layouts[shard]
+        reader = ShardReader(body, layout, name=f"{url} (records read ahead of the download)", shard=shard,
+                             expected_samples=n)
+        return PeekedRecords(reader, wanted)
+
+    async def _head(self, shard: int, url: str, samples: int, size: int) -> Int64Array:
+        """The shard's offset table, checked against index.json."""
+        length = 4 + 4 * (samples + 1)
+        if length > size:
+            raise ShardFormatError(f"{url}: index.json's {samples} samples cannot fit its {size} bytes")
+        raw = await self._storage(url).read_range(url, 0, length)
+        (n,) = struct.unpack_from("<I", raw, 0)
+        head = np.frombuffer(raw, _U32, samples + 1, 4).astype(np.int64)
+        # (MosaicML puts the columns' JSON between the offset table and the first record.)
+        if n != samples or head[0] < length or head[-1] != size or (np.diff(head) < 0).any():
+            raise ShardFormatError(f"{url}: its header disagrees with index.json")
+        self._heads[shard] = head
+        return head
+
+    def _storage(self, url: str) -> Any:
+        if self._pool is None:
+            # One quick attempt: a failure falls back to the download, which retries.
+            self._pool = StoragePool(StorageOptions(retry=RetryPolicy(retries=0)))
+        return self._pool.get(url)
+
+    async def aclose(self) -> None:
+        pool, self._pool = self._pool, None
+        if pool is not None:
+            await pool.aclose()
