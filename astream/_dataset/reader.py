@@ -321,6 +321,8 @@ class EpochReader:
         reads = {shard: asyncio.ensure_future(peek.records(shard, offsets[shards == shard])) for shard in pending}
         ready = [self._ready[lease] for lease in pending.values()]
         gathered = asyncio.gather(*reads.values())
+        # Its outcome is read below or not at all (cancelled: a CancelledError nobody wants).
+        gathered.add_done_callback(_retrieve)
         try:
             # Whichever comes first: the records, or every shard they are in.
             waiting: set[asyncio.Future[Any]] = {gathered, *ready}
@@ -331,12 +333,7 @@ class EpochReader:
                 if len(peeked) == len(reads):
                     return peeked
         finally:
-            # Cancel through the gather (cancelling its children alone would leave it holding
-            # a CancelledError nobody retrieves).
-            if not gathered.done():
-                gathered.cancel()
-            elif not gathered.cancelled():
-                gathered.exception()
+            gathered.cancel()  # the reads still running: the download was first
         await self._ready_until(b)
         return {}
 
@@ -440,6 +437,11 @@ class EpochReader:
                 yield self._reader(int(self._shard[i]), peeked).get(int(self._offset[i]))
             self._touch(a, b)
             await self._advance(b)
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()
 
 
 def _scatter(parts: list[tuple[Int64Array, dict[str, Any]]], size: int) -> dict[str, Any]:
