@@ -135,6 +135,8 @@ def test_where_read_ahead_does_not_apply(case: str, tmp_path: Path) -> None:
     root = _write(tmp_path / "remote", **({"compression": "zstd"} if case == "zstd" else {}),
                   **({"hashes": ["xxh64"]} if case == "hash" else {}))
     with LoopbackServer(str(root), ranges=case != "no-ranges") as server:
+        # Downloads held back, so that reading ahead would happen if it applied.
+        server.add(Fault("delay", match="shard.*", times=None, ranged=False, seconds=0.3))
         ds = StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=8,
                               validate_hash="xxh64" if case == "hash" else None)
         try:
@@ -143,6 +145,7 @@ def test_where_read_ahead_does_not_apply(case: str, tmp_path: Path) -> None:
             ranged = [r for r in server.log if r.range is not None]
             if case == "no-ranges":
                 # Tried once per shard, answered with the whole file (200), then left alone.
+                assert ranged
                 assert len({r.path for r in ranged}) == len(ranged)
             else:
                 assert ranged == []
