@@ -36,7 +36,7 @@ import numpy.typing as npt
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
 from astream._format.shard import ShardReader
-from astream._storage.base import StorageOptions
+from astream._storage.base import Storage, StorageOptions
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream._storage.retry import RetryPolicy
 from astream.errors import AstreamError, ShardFormatError
@@ -75,8 +75,8 @@ class RemotePeek:
 
     Args:
         smap: where every global shard's records live and how they decode.
-        urls: per global shard, the remote URL of its uncompressed file, or None where
-            peeking does not apply (see the module docstring).
+        sources: per global shard, ``(remote URL, cache path)`` of its uncompressed file,
+            or None where reading ahead does not apply (see :meth:`sources_of`).
     """
 
     def __init__(self, smap: SampleMap, sources: Sequence[tuple[str, str] | None]) -> None:
@@ -187,7 +187,7 @@ class RemotePeek:
         self._heads[shard] = head
         return head
 
-    def _storage(self, url: str) -> Any:
+    def _storage(self, url: str) -> Storage:
         if self._pool is None:
             # One quick attempt: a failure falls back to the download, which retries.
             self._pool = StoragePool(StorageOptions(retry=RetryPolicy(retries=0)))
