@@ -35,6 +35,7 @@ from astream.errors import (
 )
 
 __all__ = [
+    "CONTENT_RANGE",
     "NO_EVENTS",
     "Storage",
     "StorageOptions",
@@ -327,7 +328,8 @@ def range_past_end(url: str, size: int | None, start: int, end: int) -> Download
     )
 
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
+# "bytes first-last/total" (total "*" when unknown); HTTP resumes and ranged reads parse it.
+CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 
 
 def check_content_range(url: str, header: str | None, start: int, end: int) -> None:
@@ -338,7 +340,7 @@ def check_content_range(url: str, header: str | None, start: int, end: int) -> N
             or the server says it sent other bytes than asked. Not retried: the same
             request would get the same answer.
     """
-    match = _CONTENT_RANGE.match(header or "")
+    match = CONTENT_RANGE.match(header or "")
     if match and int(match.group(1)) == start and int(match.group(2)) == end - 1:
         return
     if match and int(match.group(1)) == start and match.group(3) != "*" and int(match.group(3)) < end:

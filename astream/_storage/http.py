@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator
 import aiohttp
 
 from astream._storage.base import (
+    CONTENT_RANGE,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -34,7 +35,6 @@ from astream.errors import DownloadError, RangeNotSupportedError, RemoteNotFound
 
 __all__ = ["HttpStorage"]
 
-_CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
 # What a 416 carries: the size of the object, whose end the range ran past.
 _UNSATISFIED_RANGE = re.compile(r"^\s*bytes\s+\*/(\d+)\s*$")
 _THROTTLE = {429, 503}
@@ -143,7 +143,7 @@ class HttpStorage(Storage):
     def _check_response(self, url: str, resp: aiohttp.ClientResponse, offset: int, size: int | None) -> int:
         """Validate status and sizes; returns the full size of the object."""
         if resp.status == 206:
-            match = _CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
+            match = CONTENT_RANGE.match(resp.headers.get("Content-Range", ""))
             if not match or int(match.group(1)) != offset or match.group(3) == "*":
                 self._etags.pop(url, None)
                 raise Transient(f"unusable Content-Range {resp.headers.get('Content-Range')!r}; restarting")
