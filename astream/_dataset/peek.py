@@ -8,7 +8,10 @@ the few records a batch needs arrive in one or two ranged reads while the downlo
 the whole file goes on. The records are put into a small shard of their own and read by
 :class:`~astream._format.shard.ShardReader`, so every check of the format layer applies.
 
-Where it does not apply (the reader waits for the download, as before):
+It serves the start of an iteration: once a batch comes from the cache, the reader stops
+reading ahead (later it would fetch bytes the download fetches anyway, and on a link that
+is the bottleneck that costs throughput). Where it does not apply (the reader waits for
+the download, as before):
 
 - shards stored compressed on the remote (``zip_data``): there is no byte range to read;
 - streams with ``validate_hash``: the records would be handed out before the file that

@@ -7,8 +7,8 @@ for the stretch where it is read, not once per sample. A prefetch task asks the 
 agent for leases in order of their start as the consumer approaches them (at most
 ``max_concurrency`` requests in flight); the consumer waits only for the leases its
 next batch needs, and releases each lease as soon as the sequence has passed its end.
-Where a lease is still downloading, the records of the batch may instead be read from
-the remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
+Until the first batch can come from the cache, a batch may instead be read from the
+remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
 
 Shards are read through read-only memory maps, and every page of a map that a read
 touched counts in the process's RSS until it is unmapped. The reader hands touched
@@ -177,6 +177,9 @@ class EpochReader:
     ) -> None:
         self._node = node
         self._peek = peek
+        # Read ahead only until the first batch comes from the cache: it buys the start of
+        # an iteration its latency; later it would fetch bytes the download fetches again.
+        self._reading_ahead = peek is not None
         self._smap = smap
         self._shards = shards
         self.ids = ids
@@ -306,7 +309,7 @@ class EpochReader:
         shards still downloading from the remote (:mod:`astream._dataset.peek`), whichever
         is first. Returns the records read ahead, by shard (empty: all from the cache)."""
         peek = self._peek
-        if peek is None:
+        if peek is None or not self._reading_ahead:
             await self._ready_until(b)
             return {}
         pending = self._pending(a, b)
@@ -316,6 +319,7 @@ class EpochReader:
             present = set(shards.tolist())
             pending = {shard: lease for shard, lease in pending.items() if shard in present}
         if not pending or not all(peek.can(shard) for shard in pending):
+            self._reading_ahead = False
             await self._ready_until(b)
             return {}
         reads = {shard: asyncio.ensure_future(peek.records(shard, offsets[shards == shard])) for shard in pending}
@@ -334,6 +338,7 @@ class EpochReader:
                     return peeked
         finally:
             gathered.cancel()  # the reads still running: the download was first
+        self._reading_ahead = False
         await self._ready_until(b)
         return {}
 
