@@ -196,3 +196,20 @@ def test_peek_urls_follow_the_rules(slow_server: LoopbackServer, tmp_path: Path)
         assert pickle.loads(pickle.dumps(ds))._remote_peek() is None
     finally:
         ds.close()
+
+
+def test_reading_ahead_ends_with_the_first_batch_from_the_cache(raw_remote: Path, tmp_path: Path) -> None:
+    with LoopbackServer(str(raw_remote)) as server:
+        # Shard 0 arrives at once; the later ones are held back when the reader gets there.
+        for name in ("shard.00001.mds", "shard.00002.mds"):
+            server.add(Fault("delay", match=name, times=None, ranged=False, seconds=0.5))
+        ds = StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=8)
+        try:
+            ids = [int(i) for batch in Loader(ds, batch_size=8) for i in batch["id"]]
+            assert ids == list(range(N))
+            # Past the start of the epoch the reader waits for downloads instead of fetching
+            # the same bytes twice.
+            assert _ranged(server, "shard.00001.mds") == 0
+            assert _ranged(server, "shard.00002.mds") == 0
+        finally:
+            ds.close()
