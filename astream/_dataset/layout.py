@@ -7,6 +7,7 @@ holds a Python object per sample.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Sequence
 
 import numpy as np
@@ -46,6 +47,17 @@ class SampleMap:
         self.starts: Int64Array = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=self.starts[1:])
         self.stream_sizes = [index.num_samples for index in self.indexes]
+
+    @functools.cached_property
+    def mean_record_bytes(self) -> npt.NDArray[np.float64]:
+        """The mean bytes per sample of each shard (its uncompressed file over its samples).
+
+        Worked out once: every epoch reader of the process uses it, and a loop over 100k
+        shards costs ~20 ms.
+        """
+        return np.asarray(
+            [sh.raw_data.bytes / max(1, sh.samples) for index in self.indexes for sh in index.shards], np.float64
+        )
 
     @property
     def num_samples(self) -> int:

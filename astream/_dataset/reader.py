@@ -61,16 +61,6 @@ def drop_pages(reader: ShardReader) -> None:
             buf.madvise(mmap.MADV_DONTNEED)
 
 
-def smap_mean_records(smap: SampleMap) -> npt.NDArray[np.float64]:
-    """The mean bytes per sample of each shard (its uncompressed file over its samples)."""
-    means = [
-        sh.raw_data.bytes / max(1, sh.samples)
-        for index in smap.indexes
-        for sh in index.shards
-    ]
-    return np.asarray(means, np.float64)
-
-
 def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int64Array]:
     """Group the positions of each shard into leases.
 
@@ -201,7 +191,7 @@ class EpochReader:
         # many bytes (records of the shard's mean size).
         self._touched: set[int] = set()
         self._touched_bytes = 0.0
-        self._mean_record = smap_mean_records(smap)
+        self._mean_record = smap.mean_record_bytes
 
     async def __aenter__(self) -> EpochReader:
         loop = asyncio.get_running_loop()
