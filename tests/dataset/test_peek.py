@@ -63,7 +63,7 @@ def test_first_batch_does_not_wait_for_its_shard(slow_server: LoopbackServer, tm
         _check(first, list(range(8)))
         # The download of the shard is still held back by the server: these came by range.
         assert not (cache / "shard.00000.mds").exists()
-        assert _ranged(slow_server, "shard.00000.mds") >= 2  # the offset table, then the records
+        assert _ranged(slow_server, "shard.00000.mds") >= 1
         ids = first["id"].tolist()
         for batch in it:
             _check(batch, batch["id"].tolist())
@@ -211,5 +211,40 @@ def test_reading_ahead_ends_with_the_first_batch_from_the_cache(raw_remote: Path
             # the same bytes twice.
             assert _ranged(server, "shard.00001.mds") == 0
             assert _ranged(server, "shard.00002.mds") == 0
+        finally:
+            ds.close()
+
+
+@pytest.fixture(scope="module")
+def one_shard_remote(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("one")
+    with MDSWriter(out=str(root), columns={"id": "int64", "b": "bytes"}, size_limit="4mb") as writer:
+        for i in range(2000):
+            writer.write({"id": i, "b": bytes([i % 256]) * 500})
+    return root
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_records_near_the_start_come_with_the_offset_table(shuffle: bool, one_shard_remote: Path, tmp_path: Path) -> None:
+    with LoopbackServer(str(one_shard_remote)) as server:
+        server.add(Fault("delay", match="shard.*", times=None, ranged=False, seconds=0.5))
+        ds = StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=8, shuffle=shuffle)
+        try:
+            it = iter(Loader(ds, batch_size=8))
+            first = next(it)
+            assert list(first["b"]) == [bytes([i % 256]) * 500 for i in first["id"].tolist()]
+            spans = [r.range for r in server.log if r.path == "shard.00000.mds" and r.range is not None]
+            table = 4 + 4 * (2000 + 1)
+            if shuffle:
+                # The records are spread over the shard: the table alone, then the records.
+                assert spans[0] == f"bytes=0-{table - 1}"
+                assert len(spans) >= 2
+            else:
+                # The first records lie behind the table: one request brings both.
+                assert len(spans) == 1
+                assert spans[0].startswith("bytes=0-")
+                assert int(spans[0].split("-")[1]) > table + 8 * 500
+            ids = first["id"].tolist() + [int(i) for batch in it for i in batch["id"]]
+            assert sorted(ids) == list(range(2000))
         finally:
             ds.close()
