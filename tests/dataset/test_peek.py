@@ -248,3 +248,26 @@ def test_records_near_the_start_come_with_the_offset_table(shuffle: bool, one_sh
             assert sorted(ids) == list(range(2000))
         finally:
             ds.close()
+
+
+def test_s3_remote_is_read_ahead_too(raw_remote: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """botocore's path-style GETs against the loopback server, as an S3-compatible store."""
+    pytest.importorskip("aiobotocore", reason="s3:// needs the s3 extra")
+    monkeypatch.setenv("AWS_ACCESS_KEY_ID", "x")
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "x")
+    shutil.copytree(raw_remote, tmp_path / "s3root" / "bkt" / "ds")
+    cache = tmp_path / "cache"
+    with LoopbackServer(str(tmp_path / "s3root")) as server:
+        monkeypatch.setenv("S3_ENDPOINT_URL", server.url)
+        server.add(Fault("delay", match="bkt/ds/shard.*", times=None, ranged=False, seconds=0.5))
+        ds = StreamingDataset(remote="s3://bkt/ds", local=str(cache), batch_size=8)
+        try:
+            it = iter(Loader(ds, batch_size=8))
+            first = next(it)
+            _check(first, list(range(8)))
+            assert not (cache / "shard.00000.mds").exists()
+            assert _ranged(server, "bkt/ds/shard.00000.mds") >= 1
+            ids = first["id"].tolist() + [int(i) for batch in it for i in batch["id"]]
+            assert ids == list(range(N))
+        finally:
+            ds.close()
