@@ -41,6 +41,7 @@ __all__ = [
     "StorageOptions",
     "TransferEvents",
     "Transient",
+    "check_body_length",
     "check_content_range",
     "check_range",
     "check_remote_size",
@@ -317,6 +318,20 @@ def check_range(url: str, start: int, end: int) -> tuple[int, int]:
     if first < 0 or stop < first:
         raise ConfigError(f"{url}: read_range needs 0 <= start <= end, got start={first}, end={stop}")
     return first, stop
+
+
+def check_body_length(url: str, data: bytes, start: int, length: int) -> bytes:
+    """``data`` if it is the ``length`` bytes a ranged read at ``start`` asked for.
+
+    Raises:
+        Transient: the body came short (the connection ended early: retried).
+        DownloadError: the body is longer than asked (the same request would get the same).
+    """
+    if len(data) < length:
+        raise Transient(f"the body ended after {len(data)} of {length} bytes")
+    if len(data) > length:
+        raise DownloadError(f"{url}: asked for {length} bytes at {start} but got {len(data)}; not retried")
+    return data
 
 
 def range_past_end(url: str, size: int | None, start: int, end: int) -> DownloadError:

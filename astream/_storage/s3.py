@@ -23,6 +23,7 @@ from astream._storage.base import (
     StorageOptions,
     TransferEvents,
     Transient,
+    check_body_length,
     check_content_range,
     check_range,
     check_remote_size,
@@ -236,11 +237,7 @@ class S3Storage(Storage):
                 if past_end is not None:
                     raise past_end from exc
                 raise self._translate(url, exc) from exc
-            if len(data) < length:
-                raise Transient(f"the body ended after {len(data)} of {length} bytes")
-            if len(data) > length:
-                raise DownloadError(f"{url}: asked for {length} bytes at {start} but got {len(data)}; not retried")
-            return data
+            return check_body_length(url, data, start, length)
 
         return await with_retries(url, attempt, self.options, self.events)
 
