@@ -28,14 +28,13 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
 
 
 REPO = Path(__file__).resolve().parent.parent
-# CI clones main into a fresh folder with shared/ copied beside it, as in development.
-SHARED = REPO.parent / "shared"
-FIXTURES = SHARED / "fixtures"
+# Everything the suite reads lives in the repository (tests/fixtures/README.md says what).
+FIXTURES = REPO / "tests" / "fixtures"
 
 
 @pytest.fixture(scope="session")
 def fixtures_dir() -> Path:
-    """../shared/fixtures: datasets and orders recorded from mosaicml-streaming 0.13."""
+    """tests/fixtures: datasets and orders recorded from mosaicml-streaming 0.13."""
     if not FIXTURES.is_dir():
-        pytest.fail(f"fixtures not found at {FIXTURES}; the shared/ folder must sit beside the repository")
+        pytest.fail(f"fixtures not found at {FIXTURES}; they are part of the repository (git checkout tests/fixtures)")
     return FIXTURES
