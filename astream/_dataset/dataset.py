@@ -43,6 +43,7 @@ from astream._sampling.defaults import (
     resolve_num_canonical_nodes,
     resolve_predownload,
 )
+from astream._sampling.order import WorkerBatches, worker_batches
 from astream._sampling.plan import EpochPlan
 from astream._sampling.validation import check_choice, check_int, check_optional_int
 from astream._units import parse_bytes, parse_count
@@ -280,8 +281,8 @@ class StreamingDataset:
         return plan
 
     def resolved_predownload(self, batch_size: int | None = None) -> int:
-        value = resolve_predownload(self.predownload, batch_size or self.batch_size)
-        return max(value, batch_size or self.batch_size or 1)
+        """MosaicML's ``predownload`` (the reader widens it to one read, see ``lookahead``)."""
+        return resolve_predownload(self.predownload, batch_size or self.batch_size)
 
     # -- the node --------------------------------------------------------------------------
 
@@ -429,14 +430,14 @@ class StreamingDataset:
     @asynccontextmanager
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
+        drop_last: bool = False,
     ) -> AsyncIterator[EpochReader]:
-        """A reader of one worker's samples of an epoch that starts ``offset`` samples in."""
+        """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
         node = await self.node(worker, workers_per_rank, role="worker")
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
-        ids = plan.worker_ids(self.world.node, self.world.local_rank, worker)
-        ids = ids[ids >= 0]
-        async with EpochReader(node, self.sample_map, ids, self.resolved_predownload(batch_size),
+        order = worker_batches(plan, self.world.node, self.world.local_rank, worker, drop_last=drop_last)
+        async with EpochReader(node, self.sample_map, order, self.resolved_predownload(batch_size),
                                self.max_concurrency, self._shards, peek=self._remote_peek()) as reader:
             yield reader
 
@@ -513,9 +514,10 @@ class StreamingDataset:
         """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
         array = self._check_indexes(ids)
         node = await self.node()
-        async with EpochReader(node, self.sample_map, array, max(1, len(array)), self.max_concurrency,
+        order = WorkerBatches.of(array, max(1, len(array)))
+        async with EpochReader(node, self.sample_map, order, len(array), self.max_concurrency,
                                self._shards) as reader:
-            batches = [b async for b in reader.batches(max(1, len(array)), drop_last=False)]
+            batches = [b async for b in reader.batches()]
         return batches[0] if batches else {}
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:

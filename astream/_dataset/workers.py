@@ -33,13 +33,13 @@ import struct
 import threading
 import traceback
 import warnings
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
 from astream._dataset.depth import queue_depth
-from astream._dataset.reader import batch_start
+from astream._dataset.reader import StartAt
 
 try:
     import fcntl
@@ -52,11 +52,15 @@ __all__ = ["WorkerJob", "WorkerPool"]
 
 WORKER_MODES = ("process", "thread")
 
+_END = object()  # a worker's "end" message, as returned by WorkerPool._next
+
 
 class WorkerJob(Protocol):
     """What a worker runs: picklable, opened once per worker in the worker itself."""
 
-    def open(self, worker_id: int) -> AbstractAsyncContextManager[AsyncIterator[Any]]: ...
+    def open(
+        self, worker_id: int, start_at: StartAt | None = None
+    ) -> AbstractAsyncContextManager[AsyncIterator[Any]]: ...
 
 
 _START = struct.Struct("<q")
@@ -96,9 +100,8 @@ async def _produce(
             asked.append(await start())  # type: ignore[misc]
         return asked[0]
 
-    token = batch_start.set(ask if start is not None else None)
     try:
-        async with job.open(worker_id) as batches:
+        async with job.open(worker_id, ask if start is not None else None) as batches:
             skip = 0
             async for batch in batches:
                 if start is not None and not asked:
@@ -117,8 +120,6 @@ async def _produce(
             raise
     else:
         await emit(("end", None))
-    finally:
-        batch_start.reset(token)
 
 
 def _describe(exc: BaseException, worker_id: int) -> str:
@@ -207,6 +208,10 @@ class WorkerPool:
         prefetch: batches each worker may have waiting for the consumer (at least; small
             batches queue deeper, see :mod:`astream._dataset.depth`).
         loop_factory: makes each worker's event loop.
+        schedule: the worker of each batch, in the order they are yielded
+            (:func:`astream._sampling.order.round_robin` of the plan); a worker that ends
+            before its share raises :class:`WorkerError`. ``None``: round-robin over
+            whatever each worker produces.
     """
 
     def __init__(
@@ -216,6 +221,7 @@ class WorkerPool:
         mode: str,
         prefetch: int,
         loop_factory: Callable[[], asyncio.AbstractEventLoop],
+        schedule: Sequence[int] | None = None,
     ) -> None:
         if mode not in WORKER_MODES:
             raise ConfigError(f"worker_mode={mode!r} is not one of {', '.join(WORKER_MODES)}")
@@ -226,6 +232,9 @@ class WorkerPool:
         self._mode = mode
         self._prefetch = max(1, prefetch)
         self._loop_factory = loop_factory
+        self._schedule = None if schedule is None else [int(w) for w in schedule]
+        if self._schedule is not None and any(not 0 <= w < num_workers for w in self._schedule):
+            raise ConfigError(f"a WorkerPool schedule names a worker outside 0..{num_workers - 1}")
         self._queues: list[asyncio.Queue[tuple[str, Any]]] = []
         self._procs: list[Any] = []
         self._conns: list[Connection] = []
@@ -242,6 +251,7 @@ class WorkerPool:
         self._first: list[asyncio.Event] = []  # stand-in w delivered its first batch (or stopped)
         self._launch = threading.Event()  # processes may start (set at once without stand-ins)
         self._stopping = threading.Event()
+        self._sized: list[bool] = []  # the queue depth of worker w was fitted to its batches
         self._started = False
         self._closed = False
 
@@ -479,30 +489,49 @@ class WorkerPool:
             loop.close()
 
     async def batches(self) -> AsyncIterator[Any]:
-        """Yield batches round-robin over the workers until all have finished."""
+        """Yield the workers' batches in the schedule's order (round-robin without one)."""
         if not self._started:
             raise WorkerError("WorkerPool.batches() called outside `async with pool`")
-        live = list(range(self._num_workers))
-        sized = [False] * self._num_workers
-        while live:
-            still = []
-            for wid in live:
-                kind, value = await self._queues[wid].get()
-                if kind == "batch":
-                    if not sized[wid]:
-                        # Small batches: let this worker's queue grow deeper (depth.py).
-                        sized[wid] = True
-                        extra = queue_depth(self._prefetch, value) - self._prefetch
-                        if extra > 0:
-                            self._slots[wid].release(extra)
-                    self._slots[wid].release()
-                    if self._freed:
-                        self._freed[wid].set()
-                    still.append(wid)
-                    yield value
-                elif kind == "error":
-                    raise WorkerError(value)
-            live = still
+        self._sized = [False] * self._num_workers
+        if self._schedule is None:
+            live = list(range(self._num_workers))
+            while live:
+                still = []
+                for wid in live:
+                    batch = await self._next(wid)
+                    if batch is not _END:
+                        still.append(wid)
+                        yield batch
+                live = still
+            return
+        taken = [0] * self._num_workers
+        for wid in self._schedule:
+            batch = await self._next(wid)
+            if batch is _END:
+                share = self._schedule.count(wid)
+                raise WorkerError(
+                    f"loader worker {wid} ended after {taken[wid]} batches; the epoch plan gives it {share}"
+                )
+            taken[wid] += 1
+            yield batch
+
+    async def _next(self, wid: int) -> Any:
+        """Worker ``wid``'s next batch, or ``_END`` when it has finished."""
+        kind, value = await self._queues[wid].get()
+        if kind == "error":
+            raise WorkerError(value)
+        if kind != "batch":
+            return _END
+        if not self._sized[wid]:
+            # Small batches: let this worker's queue grow deeper (depth.py).
+            self._sized[wid] = True
+            extra = queue_depth(self._prefetch, value) - self._prefetch
+            if extra > 0:
+                self._slots[wid].release(extra)
+        self._slots[wid].release()
+        if self._freed:
+            self._freed[wid].set()
+        return value
 
     async def aclose(self) -> None:
         """Stop every worker and helper thread; idempotent."""

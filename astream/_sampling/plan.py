@@ -25,6 +25,7 @@ from astream._sampling.batching import (
     merge_per_stream,
     merge_stratified,
 )
+from astream._sampling.order import rank_batches
 from astream._sampling.partition import Partition, layout_world, make_partition
 from astream._sampling.shuffle import ShuffleParts, get_shuffle, shuffle_parts
 from astream._sampling.streams import (
@@ -274,6 +275,12 @@ class EpochPlan:
             parts.map_positions(positions)
         return self.resampled.to_small(positions)
 
+    def worker_len(self, node: int, local_rank: int, worker: int) -> int:
+        """How many ids (padding aside) :meth:`worker_ids` returns, without shuffling."""
+        if self.batching_method != "random":
+            return int((self._merged[node, local_rank, worker] >= 0).sum())
+        return int((self.partition.worker(node, local_rank, worker) >= 0).sum())
+
     def _worker_shuffle(self, positions: Int64Array) -> ShuffleParts | None:
         """The shuffle's slices for these positions' canonical nodes (whole if already made).
 
@@ -297,20 +304,12 @@ class EpochPlan:
         self._last_parts = (keep, parts)
         return parts
 
-    def rank_order(self, node: int, local_rank: int) -> Int64Array:
+    def rank_order(self, node: int, local_rank: int, *, drop_last: bool = False) -> Int64Array:
         """The sample ids a rank's loader returns, in order, padding dropped.
 
-        Each worker yields its ids without ``-1``, cut into batches of ``batch_size``; the
-        loader takes one batch from each worker in turn, skipping exhausted workers (the
-        torch DataLoader's round-robin that MosaicML's resumption arithmetic assumes).
+        The batches of :func:`astream._sampling.order.rank_batches`, concatenated.
         """
-        per_worker = [self.worker_ids(node, local_rank, w) for w in range(self.workers_per_rank)]
-        batches = []
-        for ids in per_worker:
-            kept = ids[ids >= 0]
-            batches.append([kept[i : i + self.batch_size] for i in range(0, len(kept), self.batch_size)])
-        longest = max(len(b) for b in batches)
-        order = [b[i] for i in range(longest) for b in batches if i < len(b)]
+        order = rank_batches(self, node, local_rank, drop_last=drop_last)
         return np.concatenate(order) if order else np.zeros(0, np.int64)
 
     # --- the merged batching methods --------------------------------------------------------------
