@@ -221,7 +221,7 @@ async def test_early_close_with_large_batches_in_flight() -> None:
             got += 1
             if got == 5:
                 break
-    for proc in pool._procs:
-        assert not proc.is_alive()
-    for thread in pool._threads:
+    for worker in pool._processes:
+        assert not worker.proc.is_alive()
+    for thread in [*pool._threads, *(w.thread for w in pool._processes if w.thread is not None)]:
         assert not thread.is_alive()
