@@ -11,7 +11,7 @@ from collections.abc import Collection
 
 from astream.errors import ConfigError
 
-__all__ = ["check_choice", "check_int", "check_optional_int"]
+__all__ = ["check_choice", "check_int", "check_optional_int", "check_seconds"]
 
 
 def check_choice(name: str, value: object, allowed: Collection[str]) -> str:
@@ -46,3 +46,14 @@ def check_int(name: str, value: object, minimum: int = 0) -> int:
 def check_optional_int(name: str, value: object, minimum: int = 0) -> int | None:
     """Like :func:`check_int`, but ``None`` passes through unchanged."""
     return None if value is None else check_int(name, value, minimum)
+
+
+def check_seconds(name: str, value: object) -> float:
+    """Return ``value`` as a float if it is a number of seconds ``> 0``.
+
+    Raises:
+        ConfigError: ``value`` is not a positive number (bools are not numbers here).
+    """
+    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not float(value) > 0:
+        raise ConfigError(f"{name} must be a number of seconds > 0, got {value!r}")
+    return float(value)
