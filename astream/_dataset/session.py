@@ -17,7 +17,7 @@ from astream._coord.client import AsyncNodeClient
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
-from astream._dataset.reader import OpenShards
+from astream._dataset.shards import OpenShards
 from astream._format.index import Index
 from astream._sampling.plan import EpochPlan
 
