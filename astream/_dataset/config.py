@@ -19,6 +19,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import default_run_id
 from astream._coord.world import World
 from astream._dataset.provider import CacheProviderFactory, EngineSpec
+from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index
 from astream._sampling.defaults import (
@@ -28,6 +29,7 @@ from astream._sampling.defaults import (
     SHUFFLE_ALGOS,
     resolve_predownload,
 )
+from astream._sampling.plan import EpochPlan
 from astream._sampling.validation import check_choice, check_int, check_optional_int, check_seconds
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
@@ -123,10 +125,31 @@ class DatasetConfig:
             coord=coord,
         )
 
-    def plan_streams(self, shard_sizes: Sequence[Any]) -> list[dict[str, Any]]:
-        """The streams as :class:`~astream._sampling.plan.EpochPlan` takes them."""
-        return [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
-                for s, sizes in zip(self.streams, shard_sizes, strict=True)]
+    def epoch_plan(
+        self, shard_sizes: Sequence[Any], *, num_canonical_nodes: int | None, shuffle_seed: int,
+        initial_physical_nodes: int | None, epoch: int, sample_in_epoch: int, workers_per_rank: int,
+        batch_size: int,
+    ) -> EpochPlan:
+        """The plan of one epoch for these parameters and the run values given."""
+        return EpochPlan(
+            [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
+             for s, sizes in zip(self.streams, shard_sizes, strict=True)],
+            shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
+            num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
+            partition_algo=self.partition_algo, batch_size=batch_size, num_physical_nodes=self.world.num_nodes,
+            ranks_per_node=self.world.ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
+            sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
+            epoch_size=self.epoch_size, sampling_method=self.sampling_method,
+            sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
+        )
+
+    def fingerprint(self, indexes: Sequence[Index]) -> str:
+        """What a resumable state must match: the shards and the streams' weights."""
+        return dataset_fingerprint([
+            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) for sh in index.shards],
+             "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
+            for s, index in zip(self.streams, indexes, strict=True)
+        ])
 
     def resolved_predownload(self, batch_size: int | None = None) -> int:
         """MosaicML's ``predownload`` (the reader widens it to one read, see ``lookahead``)."""

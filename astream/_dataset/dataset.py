@@ -26,15 +26,13 @@ from astream._dataset.bridge import SyncIterator
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
-from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
-from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index
-from astream._sampling.order import WorkerBatches, worker_batches
+from astream._sampling.order import worker_batches
 from astream._sampling.plan import EpochPlan
 
 __all__ = ["StreamingDataset"]
@@ -93,13 +91,9 @@ class StreamingDataset:
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
-        self.indexes: list[Index] = portal().call(self._aload_indexes())
+        self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams))
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
-        self.run = RunState(self.config, dataset_fingerprint([
-            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) for sh in index.shards],
-             "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
-            for s, index in zip(self.config.streams, self.indexes, strict=True)
-        ]))
+        self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1)  # validate the whole config now
 
@@ -111,8 +105,7 @@ class StreamingDataset:
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        # Configuration, indexes and run state travel; the session and the compiled
-        # sample map are rebuilt where the dataset lands.
+        # Configuration, indexes and run state travel; the session and sample map are rebuilt.
         return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
@@ -120,9 +113,6 @@ class StreamingDataset:
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         # A loader's worker process reads ahead from local-directory remotes only.
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=False)
-
-    async def _aload_indexes(self) -> list[Index]:
-        return list(await asyncio.gather(*(load_index(s.local_dir, s.remote, s.split) for s in self.config.streams)))
 
     @property
     def streams(self) -> list[Stream]:
@@ -136,14 +126,9 @@ class StreamingDataset:
     num_samples = size
 
     @property
-    def fingerprint(self) -> str:
-        return self.run.fingerprint
-
-    @property
     def columns(self) -> dict[str, str]:
         """Column name -> encoding, of the first stream's first shard."""
-        layout = self.sample_map.layouts[0] if self.sample_map.layouts else None
-        return {} if layout is None else dict(zip(layout.names, layout.specs, strict=True))
+        return self.sample_map.columns
 
     @property
     def current_epoch(self) -> int:
@@ -161,23 +146,14 @@ class StreamingDataset:
         ncn = run.ncn if run.ncn is not None else cfg.num_canonical_nodes
         size = cfg.batch_size or batch_size or 1
         key = (epoch, sample_in_epoch, workers_per_rank, size, ncn, run.seed, run.initial_physical_nodes)
-        return self.session.plan(key, lambda: EpochPlan(
-            cfg.plan_streams(self.sample_map.stream_shard_sizes()), shuffle=cfg.shuffle,
-            shuffle_algo=cfg.shuffle_algo, shuffle_seed=run.seed, num_canonical_nodes=ncn,
-            shuffle_block_size=cfg.shuffle_block_size, partition_algo=cfg.partition_algo, batch_size=size,
-            num_physical_nodes=cfg.world.num_nodes, ranks_per_node=cfg.world.ranks_per_node,
-            workers_per_rank=workers_per_rank, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            initial_physical_nodes=run.initial_physical_nodes, epoch_size=cfg.epoch_size,
-            sampling_method=cfg.sampling_method, sampling_granularity=cfg.sampling_granularity,
-            batching_method=cfg.batching_method,
+        return self.session.plan(key, lambda: cfg.epoch_plan(
+            self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
+            initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
+            workers_per_rank=workers_per_rank, batch_size=size,
         ))
 
-    def resolved_predownload(self, batch_size: int | None = None) -> int:
-        return self.config.resolved_predownload(batch_size)
-
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
-        """This process's client of the node agent, for the running event loop (``role="worker"``
-        for a loader worker ``worker`` of ``workers_per_rank``)."""
+        """This process's node client for the running loop (``role="worker"``: a loader worker's)."""
         return await self.session.node(worker, workers_per_rank, role=role)
 
     async def aclose(self) -> None:
@@ -190,11 +166,8 @@ class StreamingDataset:
         self.session.shards.close()
 
     async def begin_epoch(self, node: AsyncNodeClient) -> tuple[int, int]:
-        """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset).
-
-        A loaded state resumes its epoch at its ``sample_in_epoch`` (also after this dataset
-        iterated already, which MosaicML would silently ignore).
-        """
+        """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset). A
+        loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
         resume = self.run.fix_run_values()
         world = self.config.unique_world
         first = world.node * world.ranks_per_node
@@ -209,11 +182,8 @@ class StreamingDataset:
         return self.run.state_dict(num_samples, from_beginning)
 
     def load_state_dict(self, obj: Any) -> None:
-        """Resume from a state (astream's or MosaicML's) at the next iteration.
-
-        Raises:
-            StateError: the state does not fit this dataset or world.
-        """
+        """Resume from a state (astream's or MosaicML's) at the next iteration; :class:`StateError`
+        if it does not fit this dataset or world."""
         self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample, workers_per_rank=1))
 
     @asynccontextmanager
@@ -222,14 +192,12 @@ class StreamingDataset:
         drop_last: bool = False,
     ) -> AsyncIterator[EpochReader]:
         """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
-        node = await self.node(worker, workers_per_rank, role="worker")
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
-        order = worker_batches(plan, self.config.world.node, self.config.world.local_rank, worker,
-                               drop_last=drop_last)
-        async with EpochReader(node, self.sample_map, order, self.resolved_predownload(batch_size),
-                               self.config.max_concurrency, self.session.shards,
-                               peek=self.session.remote_peek()) as reader:
+        world = self.config.world
+        order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+        node = await self.node(worker, workers_per_rank, role="worker")
+        async with self.session.reader(node, order, self.config.resolved_predownload(batch_size)) as reader:
             yield reader
 
     @asynccontextmanager
@@ -254,26 +222,14 @@ class StreamingDataset:
 
     async def aget(self, index: int) -> dict[str, Any]:
         """Sample ``index`` (global over streams), fetching its shard if needed."""
-        shard, offset = self.sample_map.locate_one(check_index(index, self.size))
-        node = await self.node()
-        key = shard_key(self.sample_map.shard_stream[shard], self.sample_map.shard_local[shard])
-        path = await node.ensure(key, pin=True)
-        try:
-            return self.session.shards.get(shard, path).get(offset)
-        finally:
-            await node.unpin(key)
+        return await self.session.read_sample(check_index(index, self.size))
 
     def __getitem__(self, index: int) -> dict[str, Any]:
         return portal().call(self.aget(index))
 
     async def aget_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
         """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
-        array = check_indexes(ids, self.size)
-        order = WorkerBatches.of(array, max(1, len(array)))
-        async with EpochReader(await self.node(), self.sample_map, order, len(array), self.config.max_concurrency,
-                               self.session.shards) as reader:
-            batches = [b async for b in reader.batches()]
-        return batches[0] if batches else {}
+        return await self.session.read_batch(check_indexes(ids, self.size))
 
     def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
         return portal().call(self.aget_batch(ids))
@@ -281,3 +237,7 @@ class StreamingDataset:
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.config.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
+
+
+async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
+    return list(await asyncio.gather(*(load_index(s.local_dir, s.remote, s.split) for s in streams)))

@@ -1,4 +1,4 @@
-"""``NodeSession``: what one process holds to read a dataset — never pickled.
+"""``NodeSession``: what one process holds to read a dataset — never pickled — and random access through it.
 
 One node client per event loop (a loop's client is never shared with another loop),
 the open shard readers, the sources for reading ahead of downloads, and the cache of
@@ -12,13 +12,19 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
 
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
+from astream._dataset.provider import shard_key
+from astream._dataset.reader import EpochReader
 from astream._dataset.shards import OpenShards
 from astream._format.index import Index
+from astream._sampling.order import WorkerBatches
 from astream._sampling.plan import EpochPlan
 
 __all__ = ["NodeSession", "main_member"]
@@ -103,3 +109,27 @@ class NodeSession:
                                                        network=self._network_peek)
         sources = self._peek_sources
         return RemotePeek(self._smap, sources) if isinstance(sources, list) else None
+
+    def reader(self, node: AsyncNodeClient, order: WorkerBatches, predownload: int) -> EpochReader:
+        """A reader of ``order`` through this process's open shards (use ``async with``)."""
+        return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
+                           peek=self.remote_peek())
+
+    async def read_sample(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` (checked), its shard pinned while it is read."""
+        shard, offset = self._smap.locate_one(index)
+        node = await self.node()
+        key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
+        path = await node.ensure(key, pin=True)
+        try:
+            return self.shards.get(shard, path).get(offset)
+        finally:
+            await node.unpin(key)
+
+    async def read_batch(self, ids: np.ndarray) -> dict[str, Any]:
+        """Samples ``ids`` (checked) as one batch, through a reader of their own."""
+        order = WorkerBatches.of(ids, max(1, len(ids)))
+        async with EpochReader(await self.node(), self._smap, order, len(ids), self._config.max_concurrency,
+                               self.shards) as reader:
+            batches = [b async for b in reader.batches()]
+        return batches[0] if batches else {}
