@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from astream._checks import check_choice, check_int, check_optional_int, check_seconds
 from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import default_run_id
 from astream._coord.world import World
@@ -30,7 +31,6 @@ from astream._sampling.defaults import (
     resolve_predownload,
 )
 from astream._sampling.plan import EpochPlan
-from astream._sampling.validation import check_choice, check_int, check_optional_int, check_seconds
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
 

@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from astream._checks import check_int
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
@@ -127,10 +128,8 @@ class Loader:
                 f"Loader batch_size={size} differs from the dataset's batch_size={dataset.batch_size}; "
                 "leave one of them unset or make them equal"
             )
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ConfigError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        if isinstance(prefetch_batches, bool) or not isinstance(prefetch_batches, int) or prefetch_batches < 1:
-            raise ConfigError(f"prefetch_batches must be an int >= 1, got {prefetch_batches!r}")
+        num_workers = check_int("num_workers", num_workers, 0)
+        prefetch_batches = check_int("prefetch_batches", prefetch_batches, 1)
         if worker_mode not in WORKER_MODES:
             raise ConfigError(f"worker_mode={worker_mode!r} is not one of {', '.join(WORKER_MODES)}")
         if collate_fn is not None and not callable(collate_fn):
