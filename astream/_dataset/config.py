@@ -30,6 +30,7 @@ from astream._sampling.defaults import (
     SHUFFLE_ALGOS,
     resolve_predownload,
 )
+from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
@@ -131,16 +132,18 @@ class DatasetConfig:
         batch_size: int,
     ) -> EpochPlan:
         """The plan of one epoch for these parameters and the run values given."""
-        return EpochPlan(
+        return EpochPlan.of(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
              for s, sizes in zip(self.streams, shard_sizes, strict=True)],
-            shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
-            num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
-            partition_algo=self.partition_algo, batch_size=batch_size, num_physical_nodes=self.world.num_nodes,
-            ranks_per_node=self.world.ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
-            sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
-            epoch_size=self.epoch_size, sampling_method=self.sampling_method,
-            sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
+            PlanOptions(
+                batch_size=batch_size, shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
+                num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
+                partition_algo=self.partition_algo, num_physical_nodes=self.world.num_nodes,
+                ranks_per_node=self.world.ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
+                sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
+                epoch_size=self.epoch_size, sampling_method=self.sampling_method,
+                sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
+            ),
         )
 
     def fingerprint(self, indexes: Sequence[Index]) -> str:
