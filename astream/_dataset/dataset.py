@@ -11,17 +11,15 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-
-import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
-from astream._dataset.access import check_index, check_indexes
+from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
@@ -38,7 +36,7 @@ from astream._sampling.plan import EpochPlan
 __all__ = ["StreamingDataset"]
 
 
-class StreamingDataset:
+class StreamingDataset(RandomAccess):
     """A dataset streamed from remote or local MDS shards, in MosaicML Streaming's order.
 
     Parameters keep MosaicML Streaming's names and defaults. Give either ``streams`` or
@@ -73,6 +71,9 @@ class StreamingDataset:
         world: this process's place; default from the launcher's environment variables.
         run_id: separates two jobs sharing one cache folder; default from the launcher.
         coord: timeouts of node coordination and where the node agent runs.
+        transform: applied to every sample (``ds[i]``, iteration, ``get_batch``; in the
+            worker with loader workers). A subclass may override ``__getitem__`` or
+            ``get_item`` instead, as with MosaicML; iteration honours both.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -89,6 +90,7 @@ class StreamingDataset:
         shuffle_seed: int = 9176, shuffle_block_size: int | None = None, batching_method: str = "random",
         allow_unsafe_types: bool = False, replication: int | None = None, max_concurrency: int = 8,
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
+        transform: Callable[[Any], Any] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams))
@@ -117,13 +119,6 @@ class StreamingDataset:
     @property
     def streams(self) -> list[Stream]:
         return list(self.config.streams)
-
-    @property
-    def size(self) -> int:
-        """Underlying samples, summed over streams."""
-        return self.sample_map.num_samples
-
-    num_samples = size
 
     @property
     def columns(self) -> dict[str, str]:
@@ -189,7 +184,7 @@ class StreamingDataset:
     @asynccontextmanager
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
-        drop_last: bool = False,
+        drop_last: bool = False, batch_transform: Callable[[Any], Any] | None = None,
     ) -> AsyncIterator[EpochReader]:
         """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
@@ -197,7 +192,8 @@ class StreamingDataset:
         world = self.config.world
         order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
-        async with self.session.reader(node, order, self.config.resolved_predownload(batch_size)) as reader:
+        async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
+                                       batch_transform) as reader:
             yield reader
 
     @asynccontextmanager
@@ -220,20 +216,6 @@ class StreamingDataset:
         finally:
             chunks.close()
 
-    async def aget(self, index: int) -> dict[str, Any]:
-        """Sample ``index`` (global over streams), fetching its shard if needed."""
-        return await self.session.read_sample(check_index(index, self.size))
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        return portal().call(self.aget(index))
-
-    async def aget_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
-        return await self.session.read_batch(check_indexes(ids, self.size))
-
-    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        return portal().call(self.aget_batch(ids))
-
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.config.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
@@ -241,3 +223,4 @@ class StreamingDataset:
 
 async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
     return list(await asyncio.gather(*(load_index(s.local_dir, s.remote, s.split) for s in streams)))
+
