@@ -28,6 +28,7 @@ from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
+from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._format.index import Index
 from astream._sampling.order import worker_batches
@@ -150,6 +151,13 @@ class StreamingDataset(RandomAccess):
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
         """This process's node client for the running loop (``role="worker"``: a loader worker's)."""
         return await self.session.node(worker, workers_per_rank, role=role)
+
+    async def astats(self) -> Stats:
+        """The node's cache figures now (see :class:`astream.Stats`)."""
+        return Stats.of(await (await self.node()).stats())
+
+    def stats(self) -> Stats:
+        return portal().call(self.astats())
 
     async def aclose(self) -> None:
         """Leave the node (for this event loop); idempotent."""

@@ -13,10 +13,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import pickle
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -27,6 +28,7 @@ from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
+from astream._dataset.stats import ConsumerCounters, Stats
 from astream._dataset.workers import WORKER_MODES, WorkerPool
 from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
@@ -152,6 +154,7 @@ class Loader:
         self.worker_mode = worker_mode
         self.batch_transform = batch_transform
         self.num_samples_yielded = 0
+        self._consumer = ConsumerCounters()  # over the loader's life, all epochs
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
@@ -164,10 +167,22 @@ class Loader:
 
     # -- the async core ----------------------------------------------------------------------
 
+    def _received(self, batch: Any, waited: float) -> None:
+        # Counted as it is handed over, i.e. what the training loop received.
+        n = batch_length(batch)
+        self.num_samples_yielded += n
+        c = self._consumer
+        c.batches, c.samples, c.wait_s = c.batches + 1, c.samples + n, c.wait_s + waited
+
     async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        async for batch in batches:
-            # Counted as it is handed over, i.e. what the training loop received.
-            self.num_samples_yielded += batch_length(batch)
+        it = batches.__aiter__()
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            self._received(batch, time.perf_counter() - asked)
             yield batch
 
     @asynccontextmanager
@@ -204,11 +219,24 @@ class Loader:
         self._open_sync.add(batches)
         self.num_samples_yielded = 0
         try:
-            for batch in batches:
-                self.num_samples_yielded += batch_length(batch)
+            while True:
+                asked = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                self._received(batch, time.perf_counter() - asked)
                 yield batch
         finally:
             batches.close()
+
+    async def astats(self) -> Stats:
+        """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
+        return Stats.of(await (await self.dataset.node()).stats(), replace(self._consumer))
+
+    def stats(self) -> Stats:
+        """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
+        return portal().call(self.astats())
 
     # -- closing -----------------------------------------------------------------------------
 
