@@ -86,6 +86,10 @@ class _EpochJob:
                 yield reader.batches(self.collate_fn, start_at=start_at)
         finally:
             await ds.aclose()
+            # This worker's dataset is its own (a thread's copy, or unpickled with the job by
+            # a stand-in or a worker process): its shard maps hold file descriptors, which
+            # must not wait for the garbage collector (an epoch would leak dozens).
+            ds.session.shards.close()
 
 
 class Loader:
