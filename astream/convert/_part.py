@@ -224,12 +224,22 @@ def write_partition(
             for sample in samples:
                 writer.write(sample)
         shards = tuple(s.to_json() for s in writer.shards)
+        if dest_is_local:
+            _prune(dest, {INDEX_NAME, *(s.stored.basename for s in writer.shards)})
     finally:
         if not keep or dest_is_local:
             shutil.rmtree(staging, ignore_errors=True)
         if dest_is_local:
             _remove_empty(os.path.join(local or "", _STAGING))
     return PartFragment(partition_id, shards, local, remote)
+
+
+def _prune(folder: str, keep: set[str]) -> None:
+    """Delete what an earlier attempt with other settings left in a local part folder."""
+    for name in os.listdir(folder):
+        if name not in keep:
+            with contextlib.suppress(OSError):
+                os.unlink(os.path.join(folder, name))
 
 
 def _remove_empty(folder: str) -> None:
