@@ -36,9 +36,22 @@ def _pyspark() -> Any:
 def spark_arrow_schema(dataframe: Any) -> Any:
     """The Arrow schema of a Spark DataFrame (the types its partitions arrive in)."""
     _pyspark()
-    from pyspark.sql.pandas.types import to_arrow_schema
+    import inspect
 
-    return to_arrow_schema(dataframe.schema)
+    import pyarrow as pa
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import StructType
+
+    # Newer pyspark wants the session time zone for timestamps (the instant is the same).
+    extra = {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
+    fields = []
+    for field in dataframe.schema.fields:
+        try:
+            fields.append(to_arrow_schema(StructType([field]), **extra).field(0))
+        except Exception as exc:  # pyspark raises several kinds for a type Arrow lacks
+            raise ConfigError(f"column {field.name!r} has Spark type {field.dataType.simpleString()}, which has "
+                              f"no Arrow form ({exc}); cast or drop it") from exc
+    return pa.schema(fields)
 
 
 def _task(job: Job) -> Callable[[Iterator[Any]], Iterator[Any]]:
