@@ -43,7 +43,7 @@ def spark_arrow_schema(dataframe: Any) -> Any:
     from pyspark.sql.types import StructType
 
     # Newer pyspark wants the session time zone for timestamps (the instant is the same).
-    extra = {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
+    extra: dict[str, Any] = {"timezone": "UTC"} if "timezone" in inspect.signature(to_arrow_schema).parameters else {}
     fields = []
     for field in dataframe.schema.fields:
         try:
