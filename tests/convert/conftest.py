@@ -7,6 +7,7 @@ credentials from the environment.
 from __future__ import annotations
 
 import os
+import socket
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -76,10 +77,22 @@ def dask_client(s3: Any) -> Iterator[Any]:
         yield client
 
 
+def loopback_only() -> bool:
+    """Whether this process's network namespace has no interface but ``lo``."""
+    return [name for _, name in socket.if_nameindex()] == ["lo"]
+
+
 @pytest.fixture(scope="session")
 def ray_session(s3: Any) -> Iterator[Any]:
-    """Ray on two CPUs, no dashboard, every service on 127.0.0.1."""
+    """Ray on two CPUs, no dashboard, inside a network namespace that has only loopback.
+
+    Ray's GCS, raylet and workers listen on every interface whatever ``_node_ip_address``
+    says, so its tests run only where nothing but ``lo`` exists: test_ray_netns.py starts
+    them in such a namespace (``unshare -n``).
+    """
     ray = pytest.importorskip("ray")
+    if not loopback_only():
+        pytest.skip("Ray listens on all interfaces: these tests run in a loopback-only namespace (test_ray_netns.py)")
     ray.init(num_cpus=2, include_dashboard=False, _node_ip_address="127.0.0.1", log_to_driver=False,
              configure_logging=False)
     yield ray
