@@ -7,6 +7,7 @@ credentials from the environment.
 from __future__ import annotations
 
 import os
+import shutil
 import socket
 import sys
 from collections.abc import Iterator
@@ -50,6 +51,8 @@ def parquet_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def spark(s3: Any) -> Iterator[Any]:
     """Spark in local mode with two threads and task retries (local[N] alone never retries)."""
     pytest.importorskip("pyspark")
+    if shutil.which("java") is None:
+        pytest.skip("Spark needs a Java runtime (.ci/run installs openjdk-17-jre-headless)")
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
     from pyspark.sql import SparkSession

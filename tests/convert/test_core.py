@@ -106,3 +106,13 @@ def test_s3_output_uploads_each_shard_and_frees_the_disk(tmp_path: Path) -> None
         recovered = merge_index("s3://conv/ds")
         assert recovered == "s3://conv/ds/index.json"
     assert np.dtype("int64")  # keeps numpy imported for the helpers' arrays
+
+
+def test_the_core_imports_no_engine() -> None:
+    import subprocess
+    import sys
+
+    code = ("import sys, astream.convert, astream.convert.dask, astream.convert.spark; "
+            "print(sorted(m for m in ('pyspark', 'ray', 'dask', 'distributed') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert result.stdout.strip() == "[]"
