@@ -46,6 +46,31 @@ def _write_one(pdf: Any, job: Job, schema: Any, partition_id: int) -> PartFragme
     return job.write(table.to_batches(max_chunksize=4096) or [table], partition_id)
 
 
+def _run(dask: Any, tasks: list[Any], progress: Callable[[PartFragment], None] | None) -> list[PartFragment]:
+    client = None
+    if progress is not None:
+        try:
+            from distributed import get_client
+
+            client = get_client()
+        except (ImportError, ValueError):
+            client = None
+    if client is None or progress is None:
+        fragments = list(dask.compute(*tasks))
+        if progress is not None:
+            for fragment in fragments:
+                progress(fragment)
+        return fragments
+    import distributed
+
+    compute: Any = client.compute
+    futures: list[Any] = compute(tasks)
+    completed: Any = distributed.as_completed
+    for future in completed(futures):
+        progress(future.result())
+    return [f.result() for f in futures]
+
+
 def to_mds(
     ddf: Any,
     out: Out,
@@ -55,6 +80,7 @@ def to_mds(
     keep_local: bool = False,
     udf_iterable: Callable[..., Iterable[Mapping[str, Any]]] | None = None,
     udf_kwargs: Mapping[str, Any] | None = None,
+    progress: Callable[[PartFragment], None] | None = None,
     **mds_kwargs: Any,
 ) -> list[PartFragment]:
     """Convert a Dask DataFrame to one MDS dataset at ``out``.
@@ -70,6 +96,8 @@ def to_mds(
         keep_local: with a pair, keep uploaded shards locally.
         udf_iterable: ``udf(pandas_frame, **udf_kwargs)`` yielding a partition's samples.
         udf_kwargs: its keyword arguments.
+        progress: called on the driver with each part's fragment as it completes
+            (with a ``distributed`` client; otherwise once per part at the end).
         **mds_kwargs: ``compression``, ``hashes``, ``size_limit``.
 
     Returns:
@@ -85,7 +113,7 @@ def to_mds(
                               None if udf_iterable is not None else schema, udf_iterable, udf_kwargs)
     tasks = [dask.delayed(_write_one)(part, job, schema, k, dask_key_name=f"astream-part-{k}")
              for k, part in enumerate(ddf.to_delayed())]
-    fragments = list(dask.compute(*tasks))
+    fragments = _run(dask, tasks, progress)
     _, remote = job.roots
     if merge_index and fragments:
         _merge_index(fragments, job.out, keep_local=keep_local or remote is None)
