@@ -110,13 +110,13 @@ def main() -> None:
     parser.add_argument("--array-mb", type=int, default=128)
     parser.add_argument("--engines", default="local,dask,ray,spark")
     parser.add_argument("--size-limit", default="8mb")
+    parser.add_argument("--merge-parts", type=int, default=10_000, help="parts of the synthetic merge (0: skip)")
+    parser.add_argument("--shards-per-part", type=int, default=15)
     args = parser.parse_args()
     engines = args.engines.split(",")
     root = Path(tempfile.mkdtemp(prefix="astream-convert-bench-"))
     worker_tmp = root / "worker-tmp"
     worker_tmp.mkdir()
-    os.environ["TMPDIR"] = str(worker_tmp)  # the engines' workers stage remote shards here
-    tempfile.tempdir = None
     try:
         inputs = make_inputs(root, args.text_mb, args.array_mb)
         results: dict[str, dict[str, float]] = {name: {} for name in inputs}
@@ -161,6 +161,8 @@ def main() -> None:
                 results[name]["ray"] = statistics.median(timed(args.runs, run_ray, root))
             ray.shutdown()
         spark_notes = run_spark(args, inputs, results, root, worker_tmp) if "spark" in engines else []
+        if args.merge_parts:
+            spark_notes.append(merge_cost(root, args.merge_parts, args.shards_per_part))
         report(args, inputs, results, spark_notes)
     finally:
         shutil.rmtree(root, ignore_errors=True)
@@ -177,6 +179,7 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
     from astream.testing import moto_s3
 
     notes: list[str] = []
+    os.environ["TMPDIR"] = str(worker_tmp)  # Spark's Python workers stage remote shards here
     with moto_s3("bench") as s3:
         os.environ["PYSPARK_PYTHON"] = sys.executable
         from pyspark.sql import SparkSession
@@ -213,6 +216,29 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
                      f"Spark JVM RSS at the end {jvm_rss:.0f} MiB")
         spark.stop()
     return notes
+
+
+def merge_cost(root: Path, parts: int, per_part: int) -> str:
+    """Time merge_index over ``parts`` fragments of ``per_part`` shards (5 columns, zstd, xxh64)."""
+    import dataclasses
+
+    from astream.convert import merge_index, write_partition
+
+    one = write_partition(pa.table({"id": [1], "label": [2], "text": ["x"], "x": [[1.0]], "y": [b"z"]}),
+                          str(root / "merge-src"), 0, compression="zstd", hashes=["xxh64"])
+    shard = dict(one.shards[0])
+    fragments = []
+    for p in range(parts):
+        shards = tuple({**shard, "raw_data": {**shard["raw_data"], "basename": f"shard.{k:05d}.mds"},
+                        "zip_data": {**shard["zip_data"], "basename": f"shard.{k:05d}.mds.zstd"}}
+                       for k in range(per_part))
+        fragments.append(dataclasses.replace(one, partition_id=p, shards=shards, local=str(root / "merged")))
+    start = time.perf_counter()
+    path = merge_index(fragments)
+    seconds = time.perf_counter() - start
+    size = os.path.getsize(path)
+    return (f"merge_index of {parts:,} fragments x {per_part} shards ({parts * per_part:,} entries): "
+            f"{seconds:.1f} s on the driver, index.json {size / 2**20:.0f} MiB ({size / (parts * per_part):.0f} B a shard)")
 
 
 def report(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, float]], notes: list[str]) -> None:
