@@ -64,6 +64,33 @@ def rows_of(folder: Path) -> int:
     return sum(pq.ParquetFile(f).metadata.num_rows for f in folder.glob("*.parquet"))
 
 
+class MemoryPeak:
+    """The largest RSS of each process in ``processes`` seen while running (sampled every 10 ms)."""
+
+    def __init__(self, processes: list[Any]) -> None:
+        self.processes, self.peaks = processes, [0] * len(processes)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for k, p in enumerate(self.processes):
+                with contextlib.suppress(Exception):
+                    self.peaks[k] = max(self.peaks[k], p.memory_info().rss)
+            time.sleep(0.01)
+
+    def __enter__(self) -> MemoryPeak:  # re-entered once per run; the peaks accumulate
+        self._stop.clear()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+        assert self._thread is not None
+        self._thread.join()
+
+
 class DiskPeak:
     """The largest total size of the files under ``folder`` seen while running."""
 
@@ -170,7 +197,6 @@ def main() -> None:
 
 def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, float]], root: Path,
               worker_tmp: Path) -> list[str]:
-    import resource
     import sys
 
     import psutil
@@ -190,6 +216,8 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
         spark.sparkContext.setLogLevel("ERROR")
         print(f"spark start-up {time.perf_counter() - start:.1f} s")
         jvm = [p for p in psutil.Process().children(recursive=True) if "java" in p.name()]
+        driver_rss = psutil.Process().memory_info().rss
+        memory = MemoryPeak([psutil.Process(), *jvm[:1]])
         for name, folder in inputs.items():
             def run_local(out: str, f: Path = folder) -> None:
                 df = spark.read.parquet(str(f)).repartition(2 * args.workers)
@@ -199,7 +227,7 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
             for r in range(args.runs):
                 url = f"s3://bench/{abs(hash(name))}-{r}"
                 df = spark.read.parquet(str(folder)).repartition(2 * args.workers)
-                with DiskPeak(worker_tmp) as disk:
+                with DiskPeak(worker_tmp) as disk, memory:
                     t0 = time.perf_counter()
                     dataframe_to_mds(df, mds_kwargs={"out": url, "compression": "zstd", "size_limit": args.size_limit})
                     times.append(time.perf_counter() - t0)
@@ -210,10 +238,11 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
             notes.append(f"{name}: peak disk of all tasks under the workers' TMPDIR {max(peaks) / 2**20:.1f} MiB "
                          f"({2 * args.workers} tasks, {args.workers} at a time; largest shard {largest / 2**20:.1f} MiB, "
                          f"{len(index.shards)} shards)")
-        rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-        jvm_rss = max((p.memory_info().rss for p in jvm if p.is_running()), default=0) / 2**20
-        notes.append(f"driver memory: Python driver peak RSS {rss:.0f} MiB (whole benchmark process), "
-                     f"Spark JVM RSS at the end {jvm_rss:.0f} MiB")
+        py_peak = memory.peaks[0] / 2**20
+        jvm_peak = (memory.peaks[1] if len(memory.peaks) > 1 else 0) / 2**20
+        notes.append(f"driver memory during the S3 conversions: Python driver peak RSS {py_peak:.0f} MiB "
+                     f"({driver_rss / 2**20:.0f} MiB before them, after generating the inputs); Spark JVM "
+                     f"(driver and local executors in one process) peak RSS {jvm_peak:.0f} MiB")
         spark.stop()
     return notes
 
