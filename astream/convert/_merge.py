@@ -21,6 +21,7 @@ import contextlib
 import os
 import posixpath
 import re
+import shutil
 import tempfile
 from collections.abc import Sequence
 from typing import Any
@@ -31,7 +32,7 @@ from astream._storage.base import StorageOptions
 from astream._storage.loop import run as run_loop
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream._storage.retry import Timeouts
-from astream.convert._part import Out, PartFragment, fragment_of_index, part_name, split_out
+from astream.convert._part import STAGING_DIR, Out, PartFragment, fragment_of_index, part_name, split_out
 from astream.errors import ConfigError, IndexFormatError, RemoteNotFoundError
 
 __all__ = ["merge_fragments", "merge_index"]
@@ -90,6 +91,8 @@ def _write(index: Index, local: str | None, remote: str | None, keep_local: bool
         os.makedirs(local, exist_ok=True)
         path = os.path.join(local, INDEX_NAME)
         atomic_write(path, data)
+        # What killed attempts left staging (finished attempts cleaned up after themselves).
+        shutil.rmtree(os.path.join(local, STAGING_DIR), ignore_errors=True)
         return path
     if local is not None and keep_local:
         os.makedirs(local, exist_ok=True)

@@ -35,10 +35,10 @@ from astream._storage.upload import MDSWriter as UploadingWriter
 from astream.convert._types import arrow_columns, batch_samples
 from astream.errors import ConfigError
 
-__all__ = ["PartFragment", "part_name", "split_out", "write_partition"]
+__all__ = ["STAGING_DIR", "PartFragment", "part_name", "split_out", "write_partition"]
 
 Out = str | os.PathLike[str] | tuple[str | os.PathLike[str], str]
-_STAGING = ".astream-staging"
+STAGING_DIR = ".astream-staging"
 _WRITER_KWARGS = ("compression", "hashes", "size_limit")
 
 
@@ -207,8 +207,8 @@ def write_partition(
     local, remote = split_out(out)
     samples, cols = _samples(rows, columns)
     if cols is None:
-        raise ConfigError(f"partition {partition_id} is empty and columns= was not given, so its part cannot "
-                          "be written; pass the columns (the adapters do)")
+        # An empty partition without columns: its part lists no shards, so no column is ever recorded.
+        cols = {"_": "int"}
     name = part_name(partition_id)
     if remote is not None:
         dest, dest_is_local = join_url(remote, name), False
@@ -216,7 +216,7 @@ def write_partition(
     else:
         assert local is not None
         dest, dest_is_local = os.path.join(local, name), True
-        staging = os.path.join(local, _STAGING, f"{name}-{uuid.uuid4().hex[:12]}")
+        staging = os.path.join(local, STAGING_DIR, f"{name}-{uuid.uuid4().hex[:12]}")
     keep = keep_local and local is not None
     try:
         with _PartWriter(staging, dest, dest_is_local, keep, columns=cols, compression=compression,
@@ -230,7 +230,7 @@ def write_partition(
         if not keep or dest_is_local:
             shutil.rmtree(staging, ignore_errors=True)
         if dest_is_local:
-            _remove_empty(os.path.join(local or "", _STAGING))
+            _remove_empty(os.path.join(local or "", STAGING_DIR))
     return PartFragment(partition_id, shards, local, remote)
 
 

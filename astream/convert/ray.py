@@ -8,12 +8,13 @@ written stay, for a retry or :func:`astream.convert.merge_index` by listing).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from astream.convert._engine import Job, job_from_mds_kwargs
 from astream.convert._merge import merge_index
-from astream.convert._part import Out, PartFragment
+from astream.convert._part import Out, PartFragment, write_partition
 from astream.convert._types import arrow_columns
 from astream.errors import MissingExtraError
 
@@ -60,10 +61,15 @@ class MDSDatasink(_Datasink["PartFragment"]):
 
     def write(self, blocks: Iterable[Any], ctx: Any) -> PartFragment:
         """Write this task's blocks as one part; returns its fragment."""
-        materialized = list(blocks)
-        columns = arrow_columns(materialized[0].schema, self._columns) if materialized else self._columns or None
-        job = Job(self._job.out, columns or {}, self._job.keep_local, self._job.writer)
-        return job.write(materialized, int(ctx.task_idx))
+        stream = iter(blocks)
+        first = next(stream, None)
+        if first is None:  # an empty task still writes its (shard-less) part
+            return write_partition([], self._job.out, int(ctx.task_idx), self._columns or None,
+                                   keep_local=self._job.keep_local, **self._job.writer)
+        schema = first.schema if hasattr(first, "schema") and not hasattr(first, "iloc") else None
+        columns = arrow_columns(schema, self._columns) if schema is not None else self._columns
+        job = Job(self._job.out, columns, self._job.keep_local, self._job.writer)
+        return job.write(itertools.chain([first], stream), int(ctx.task_idx))
 
     def on_write_complete(self, write_result: Any) -> None:
         """Merge the fragments of all write tasks into index.json (on the driver)."""

@@ -116,3 +116,15 @@ def test_the_core_imports_no_engine() -> None:
             "print(sorted(m for m in ('pyspark', 'ray', 'dask', 'distributed') if m in sys.modules))")
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "[]"
+
+
+def test_empty_partitions_and_what_killed_attempts_left(tmp_path: Path) -> None:
+    out = tmp_path / "ds"
+    dead = out / ".astream-staging" / "part-00000-deadbeef"
+    dead.mkdir(parents=True)
+    (dead / "shard.00000.mds").write_bytes(b"half a shard")
+    fragments = [write_partition(table(4), str(out), 0), write_partition([], str(out), 1)]
+    assert fragments[1].shards == ()
+    merge_index(fragments)
+    assert not (out / ".astream-staging").exists()
+    assert len(LocalDataset(str(out))) == 4
