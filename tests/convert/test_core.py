@@ -128,3 +128,14 @@ def test_empty_partitions_and_what_killed_attempts_left(tmp_path: Path) -> None:
     merge_index(fragments)
     assert not (out / ".astream-staging").exists()
     assert len(LocalDataset(str(out))) == 4
+
+
+def test_every_public_name_resolves() -> None:
+    import astream.convert as convert
+
+    pytest.importorskip("pyspark")
+    pytest.importorskip("ray")
+    for name in convert.__all__:
+        assert getattr(convert, name) is not None, name
+    with pytest.raises(AttributeError):
+        _ = convert.nothing_here  # type: ignore[attr-defined]

@@ -50,3 +50,20 @@ def test_s3_with_a_worker_killed_and_the_task_rerun(dask_client: Any, s3: Any, p
     check_no_orphans(keys, s3.get_object(Bucket="dask", Key="ds/index.json")["Body"].read())
     ds = StreamingDataset(remote="s3://dask/ds", local=str(tmp_path / "cache"), batch_size=4)
     assert sorted(int(ds[i]["id"]) for i in range(len(ds))) == list(range(ROWS))
+
+
+def test_jsonl_files_read_by_dask(dask_client: Any, tmp_path: Path) -> None:
+    import json
+
+    from astream.convert.sources import read_files
+
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    for k in range(2):
+        lines = [json.dumps({"id": 10 * k + i, "text": f"t{i}", "score": i / 2}) for i in range(10)]
+        (folder / f"{k}.jsonl").write_text("\n".join(lines) + "\n")
+    out = str(tmp_path / "ds")
+    to_mds(read_files("dask", [str(folder / "0.jsonl"), str(folder / "1.jsonl")], "jsonl"), out)
+    ds = LocalDataset(out)
+    assert sorted(int(s["id"]) for s in ds) == list(range(20))
+    assert ds.index.shards[0].column_encodings == ("int", "float64", "str")

@@ -84,3 +84,17 @@ def test_mosaicml_doc_examples_run_with_only_the_import_changed(spark: Any, tmp_
     assert isinstance(bad.schema["gap"].dataType, DayTimeIntervalType)
     with pytest.raises(ConfigError, match="column 'gap'"):
         dataframe_to_mds(bad, mds_kwargs={"out": str(tmp_path / "bad")})
+
+
+def test_jsonl_files_read_by_spark(spark: Any, tmp_path: Path) -> None:
+    import json
+
+    from astream.convert.sources import read_files
+
+    folder = tmp_path / "jsonl"
+    folder.mkdir()
+    (folder / "a.jsonl").write_text("".join(json.dumps({"id": i, "tags": ["x"] * (i % 3)}) + "\n" for i in range(12)))
+    out = str(tmp_path / "ds")
+    dataframe_to_mds(read_files("spark", [str(folder)], "jsonl", spark).repartition(2), mds_kwargs={"out": out})
+    ds = LocalDataset(out)
+    assert sorted((int(s["id"]), tuple(s["tags"])) for s in ds) == [(i, ("x",) * (i % 3)) for i in range(12)]
