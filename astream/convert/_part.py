@@ -20,6 +20,7 @@ downloading anything (:func:`astream.convert.merge_index`).
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -29,6 +30,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from astream._format.files import fsync_dir
 from astream._format.index import INDEX_NAME, Index, ShardInfo
 from astream._storage.registry import join_url, scheme_of
 from astream._storage.upload import MDSWriter as UploadingWriter
@@ -112,6 +114,8 @@ class _PartWriter(UploadingWriter):
         if self._dest_is_local:
             os.makedirs(os.path.dirname(url), exist_ok=True)
             os.replace(path, url)  # same file system: an atomic rename, no copy
+            if os.path.basename(path) == INDEX_NAME:  # the part's last file: make its renames durable
+                fsync_dir(os.path.dirname(url))
             return
         await super()._upload(path, url)
         if not self._keep_local and os.path.basename(path) != INDEX_NAME:
@@ -132,7 +136,8 @@ def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Map
         cols = arrow_columns(first_batch.schema, columns)
 
         def arrow_rows() -> Iterable[Mapping[str, Any]]:
-            for batch in (first_batch, *(_to_arrow(pa, b) for b in iterator)):
+            # One batch at a time: a partition is never held in memory whole.
+            for batch in itertools.chain([first_batch], (_to_arrow(pa, b) for b in iterator)):
                 yield from batch_samples(batch, cols)
 
         return arrow_rows(), cols
