@@ -66,6 +66,9 @@ def _engine(name: str, workers: int) -> Iterator[Any]:
     if name == "ray":
         import ray
 
+        if ray.is_initialized():  # the caller's Ray: use it, leave it running
+            yield ray
+            return
         if os.environ.get("RAY_ADDRESS"):
             ray.init(address=os.environ["RAY_ADDRESS"])
         else:

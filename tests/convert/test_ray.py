@@ -81,3 +81,12 @@ def test_nothing_listens_beyond_loopback(ray_session: Any) -> None:
     addresses = {line.split()[3].rsplit(":", 1)[0] for line in listening if line.strip()}
     # A wildcard here can only mean lo: the namespace has no other interface.
     assert addresses <= {"127.0.0.1", "[::ffff:127.0.0.1]", "[::1]", "*", "0.0.0.0", "[::]"}, addresses
+
+
+def test_cli_ray_engine(ray_session: Any, parquet_dir: Path, tmp_path: Path) -> None:
+    from astream.cli import main
+
+    out = tmp_path / "cli"
+    assert main(["convert", str(parquet_dir), "-o", str(out), "--engine", "ray", "--parts", "2", "-q",
+                 "--compression", "zstd"]) == 0
+    check_samples(iter(LocalDataset(str(out))), ROWS)
