@@ -286,25 +286,38 @@ def _parquet(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, An
     pq = pyarrow_parquet()
     path = part.paths[0]
     parquet = pq.ParquetFile(path)
-    typed = _schema_columns(parquet.schema_arrow)
+    # Only the columns whose Python values (to_pylist) are not what their encoding takes are
+    # converted here: lists (one reshape per batch), dates, timestamps, dictionaries.
+    typed = {name: encoding for name, encoding in _schema_columns(parquet.schema_arrow).items()
+             if _needs_conversion(parquet.schema_arrow.field(name).type)}
     n = 0
     for batch in parquet.iter_batches(batch_size=1024, row_groups=list(range(part.start, part.stop))):
-        # Typed columns are converted column-wise (an array column is one reshape per batch);
-        # the rest as Python values, for inference and coerce() to deal with.
         def where(i: int, base: int = n) -> str:
             return f"{path} row {base + i} of row groups {part.start}..{part.stop - 1}"
 
-        try:
-            converted = list(batch_samples(batch, typed, where)) if typed else [{}] * batch.num_rows
-        except SampleError as exc:
-            raise CommandError(str(exc)) from exc
-        others = [c for c in batch.schema.names if c not in typed]
-        rest = batch.select(others).to_pylist() if others else [{}] * batch.num_rows
-        for i in range(batch.num_rows):
-            values = {**converted[i], **rest[i]}
-            yield where(i), {name: values[name] for name in batch.schema.names}
-            n += 1
+        if not typed:
+            for i, row in enumerate(batch.to_pylist()):
+                yield where(i), row
+        else:
+            try:
+                converted = list(batch_samples(batch, typed, where))
+            except SampleError as exc:
+                raise CommandError(str(exc)) from exc
+            others = [c for c in batch.schema.names if c not in typed]
+            rest = batch.select(others).to_pylist() if others else [{}] * batch.num_rows
+            for i in range(batch.num_rows):
+                values = {**converted[i], **rest[i]}
+                yield where(i), {name: values[name] for name in batch.schema.names}
+        n += batch.num_rows
         progress(batch.num_rows)
+
+
+def _needs_conversion(kind: Any) -> bool:
+    import pyarrow as pa
+
+    types = pa.types
+    return bool(types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind)
+                or types.is_date(kind) or types.is_timestamp(kind) or types.is_dictionary(kind))
 
 
 def _numpy(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, Any]]]:

@@ -57,3 +57,19 @@ def test_spark_engine_decodes_images_on_request(spark: Any, tmp_path: Path) -> N
     ds = LocalDataset(str(out))
     assert sorted(int(np.asarray(s["image"])[0, 0, 0]) for s in ds) == [0, 20, 40, 60]
     assert all(s["path"].endswith(".png") for s in ds)
+
+
+def test_local_engine_takes_the_same_arrow_types(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    from .convertkit import table
+
+    source = tmp_path / "in"
+    source.mkdir()
+    pq.write_table(table(40).drop_columns(["meta"]), source / "a.parquet", row_group_size=16)
+    assert main(["convert", str(source), "-o", str(tmp_path / "ds"), "-q", "--workers", "2", "--parts", "2"]) == 0
+    ds = LocalDataset(str(tmp_path / "ds"))
+    check_samples(iter(ds), 40, skip=("meta",))
+    encodings = dict(zip(ds.index.shards[0].column_names, ds.index.shards[0].column_encodings, strict=True))
+    assert encodings["mat"] == "ndarray:int32:2,3"
+    assert encodings["when"] == "int64"
