@@ -19,6 +19,7 @@ LAYERS = [
     ("_sampling", "sampling"),
     ("_dataset", "testing"),
     ("adapters",),
+    ("convert",),
     ("cli",),
 ]
 PURE = {"_format", "_sampling", "sampling"}

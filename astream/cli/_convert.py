@@ -26,6 +26,7 @@ from typing import Any
 from astream._format.writer import MDSWriter
 from astream._storage.local import local_path_of
 from astream._storage.loop import run as run_loop
+from astream.cli._convert_engine import ENGINES, run_engine
 from astream.cli._infer import coerce, infer_columns, parse_column_overrides
 from astream.cli._inputs import FORMATS, Part, detect_format, plan_parts, read_part, typed_columns
 from astream.cli._merge import PARTS_DIR, merge_parts
@@ -52,7 +53,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("inputs", nargs="+", metavar="INPUT", help="input files or folders (converted in order)")
     p.add_argument("-o", "--out", required=True,
                    help="the output directory, or a remote URL (s3://, or http:// accepting PUT) to upload to")
-    p.add_argument("--format", choices=FORMATS, help="the input format (default: from the file extensions)")
+    p.add_argument("--format", choices=(*FORMATS, "image"),
+                   help="the input format (default: from the file extensions); image needs --engine")
     p.add_argument("--columns", action="append", metavar="NAME:ENC,...",
                    help="encodings that override the inferred ones, e.g. 'label:int8,emb:ndarray:float32:4,8'")
     p.add_argument("--compression", help="e.g. zstd, zstd:7, gz, bz2, br, snappy (default: none)")
@@ -61,6 +63,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=int, help="worker processes (default: 1 for small inputs, else the CPUs, up to 8)")
     p.add_argument("--parts", type=int, help="cut the input into this many parts (default: one per worker)")
     p.add_argument("--overwrite", action="store_true", help="replace the contents of a non-empty output directory")
+    p.add_argument("--engine", choices=ENGINES, default="local",
+                   help="where to convert: local processes (default), or a dask, ray or spark engine (started "
+                        "on 127.0.0.1, or the cluster of DASK_SCHEDULER_ADDRESS / RAY_ADDRESS / SPARK_MASTER)")
     p.set_defaults(func=run)
 
 
@@ -201,6 +206,10 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name} must be at least 1, got {value}", 2)
+    if getattr(args, "engine", "local") != "local":
+        return run_engine(args)
+    if args.format == "image":
+        raise CommandError("--format image converts on an engine: add --engine dask, ray or spark", 2)
     overrides = parse_column_overrides(args.columns or [])
     fmt = args.format or detect_format(args.inputs)
     workers = args.workers or _default_workers(args.inputs)

@@ -142,39 +142,28 @@ def plan_parts(paths: list[str], fmt: str, parts: int) -> list[Part]:
 def typed_columns(part: Part) -> dict[str, str]:
     """Encodings that the input's own types fix (Parquet's schema); other inputs: none.
 
-    ``int64`` maps to ``int`` (a Python int, MosaicML's usual integer column), lists of
-    numbers to ``ndarray:DTYPE`` (with the length when the list type fixes it); columns
-    without an obvious encoding are left to inference from the values.
+    The mapping is :func:`astream.convert.arrow_columns`'s (``int64`` -> ``int``, nested
+    lists of numbers -> ``ndarray:DTYPE``, with the shape when the list types fix it, dates
+    and timestamps -> ``int64``...); columns without an encoding there are left to inference
+    from the values.
     """
     if part.kind != "parquet":
         return {}
+    return _schema_columns(pyarrow_parquet().read_schema(part.paths[0]))
+
+
+def _schema_columns(schema: Any) -> dict[str, str]:
+    # The same Arrow -> MDS mapping as the distributed converters (astream.convert).
     import pyarrow as pa
 
+    from astream.convert._types import infer_encoding
+
     out: dict[str, str] = {}
-    for column in pyarrow_parquet().read_schema(part.paths[0]):
-        encoding = _arrow_encoding(pa, column.type)
+    for column in schema:
+        encoding = infer_encoding(pa, column.type)
         if encoding is not None:
             out[column.name] = encoding
     return out
-
-
-def _arrow_encoding(pa: Any, kind: Any) -> str | None:
-    types = pa.types
-    if types.is_boolean(kind):
-        return "uint8"
-    if types.is_integer(kind) or types.is_floating(kind):
-        name = np.dtype(kind.to_pandas_dtype()).name
-        return "int" if name == "int64" else name
-    if types.is_string(kind) or types.is_large_string(kind):
-        return "str"
-    if types.is_binary(kind) or types.is_large_binary(kind):
-        return "bytes"
-    if types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind):
-        value = kind.value_type
-        if (types.is_integer(value) or types.is_floating(value)) and not types.is_boolean(value):
-            dtype = np.dtype(value.to_pandas_dtype()).name
-            return f"ndarray:{dtype}:{kind.list_size}" if types.is_fixed_size_list(kind) else f"ndarray:{dtype}"
-    return None
 
 
 def _numpy_parts(files: list[str], parts: int) -> list[Part]:
@@ -291,15 +280,44 @@ def _csv(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, Any]]]
 
 
 def _parquet(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, Any]]]:
+    from astream.convert._types import batch_samples
+    from astream.errors import SampleError
+
     pq = pyarrow_parquet()
     path = part.paths[0]
     parquet = pq.ParquetFile(path)
+    # Only the columns whose Python values (to_pylist) are not what their encoding takes are
+    # converted here: lists (one reshape per batch), dates, timestamps, dictionaries.
+    typed = {name: encoding for name, encoding in _schema_columns(parquet.schema_arrow).items()
+             if _needs_conversion(parquet.schema_arrow.field(name).type)}
     n = 0
     for batch in parquet.iter_batches(batch_size=1024, row_groups=list(range(part.start, part.stop))):
-        for row in batch.to_pylist():
-            yield f"{path} row {n} of row groups {part.start}..{part.stop - 1}", row
-            n += 1
+        def where(i: int, base: int = n) -> str:
+            return f"{path} row {base + i} of row groups {part.start}..{part.stop - 1}"
+
+        if not typed:
+            for i, row in enumerate(batch.to_pylist()):
+                yield where(i), row
+        else:
+            try:
+                converted = list(batch_samples(batch, typed, where))
+            except SampleError as exc:
+                raise CommandError(str(exc)) from exc
+            others = [c for c in batch.schema.names if c not in typed]
+            rest = batch.select(others).to_pylist() if others else [{}] * batch.num_rows
+            for i in range(batch.num_rows):
+                values = {**converted[i], **rest[i]}
+                yield where(i), {name: values[name] for name in batch.schema.names}
+        n += batch.num_rows
         progress(batch.num_rows)
+
+
+def _needs_conversion(kind: Any) -> bool:
+    import pyarrow as pa
+
+    types = pa.types
+    return bool(types.is_list(kind) or types.is_large_list(kind) or types.is_fixed_size_list(kind)
+                or types.is_date(kind) or types.is_timestamp(kind) or types.is_dictionary(kind))
 
 
 def _numpy(part: Part, progress: Progress) -> Iterator[tuple[str, dict[str, Any]]]:
