@@ -24,7 +24,7 @@ import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from types import TracebackType
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from astream._format.compression import Codec, get_codec
 from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
@@ -32,6 +32,9 @@ from astream._format.hashing import check_algorithm, new_hasher
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._units import parse_bytes
 from astream.errors import ConfigError, UsageError
+
+if TYPE_CHECKING:
+    from typing_extensions import Self
 
 __all__ = ["ShardFile", "ShardWriter", "config_bytes"]
 
@@ -206,7 +209,7 @@ class ShardWriter:
             with contextlib.suppress(OSError):
                 commit.wait()
 
-    def __enter__(self) -> ShardWriter:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(

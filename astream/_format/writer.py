@@ -91,5 +91,3 @@ class MDSWriter(ShardWriter):
             column_sizes=self.layout.sizes, size_limit=self.size_limit, config=dict(self._config),
         )
 
-    def __enter__(self) -> MDSWriter:
-        return self
