@@ -132,10 +132,15 @@ def test_wrong_number_types_and_missing_columns(tmp_path: Path, cls: type) -> No
 
 def test_an_error_inside_the_block_leaves_no_index(tmp_path: Path) -> None:
     out = tmp_path / "ds"
-    with pytest.raises(SampleError), CSVWriter(out, {"s": "str"}, size_limit=10) as writer:
-        for i in range(20):
-            writer.write({"s": f"row {i}"})
-        writer.write({"s": "a,b"})
+
+    def write_until_a_bad_value() -> None:
+        with CSVWriter(out, {"s": "str"}, size_limit=10) as writer:
+            for i in range(20):
+                writer.write({"s": f"row {i}"})
+            writer.write({"s": "a,b"})
+
+    with pytest.raises(SampleError):
+        write_until_a_bad_value()
     assert list(out.glob("shard.*.csv"))  # the finished shards are complete on disk...
     assert not (out / "index.json").exists()  # ...but nothing says the dataset is
     assert not list(out.glob("*.tmp"))
