@@ -89,9 +89,14 @@ class _TextWriter(ShardWriter):
         """The sample's values in column-name order, each checked against its encoding."""
         if not isinstance(sample, Mapping):
             raise SampleError(f"sample {position}: must be a dict of column -> value, got {type(sample).__name__}")
-        missing = [n for n in self.column_names if n not in sample]
-        if missing:
-            raise SampleError(f"sample {position}: missing column(s) {missing}; the writer's columns are {list(self.column_names)}")
+        if len(sample) != len(self.column_names) or any(n not in sample for n in self.column_names):
+            # As MDSWriter: a key that is not a column would be dropped silently (MosaicML does).
+            missing = [n for n in self.column_names if n not in sample]
+            extra = [k for k in sample if k not in self.columns]
+            raise SampleError(
+                f"sample {position}: missing columns {missing}, unexpected columns {extra}; "
+                f"the writer's columns are {list(self.column_names)}"
+            )
         values = []
         for name, encoding in zip(self.column_names, self.column_encodings, strict=True):
             value = sample[name]

@@ -125,9 +125,13 @@ def test_wrong_number_types_and_missing_columns(tmp_path: Path, cls: type) -> No
             writer.write({"n": True, "x": 1.0})
         with pytest.raises(SampleError, match=r"sample 0, column 'x'.* needs a Python float, got int 1"):
             writer.write({"n": 1, "x": 1})
-        with pytest.raises(SampleError, match=r"sample 0: missing column\(s\) \['x'\]"):
+        with pytest.raises(SampleError, match=r"sample 0: missing columns \['x'\], unexpected columns \[\]"):
             writer.write({"n": 1})
-        writer.write({"n": 1, "x": 1.0, "ignored": object()})  # extra keys are not columns, as in MosaicML
+        # MosaicML drops a key that is not a column; astream refuses it, as its MDSWriter does.
+        with pytest.raises(SampleError, match=r"sample 0: missing columns \[\], unexpected columns \['y'\]"):
+            writer.write({"n": 1, "x": 1.0, "y": 2})
+        writer.write({"n": 1, "x": 1.0})
+    assert len(LocalDataset(tmp_path / "ds")) == 1
 
 
 def test_an_error_inside_the_block_leaves_no_index(tmp_path: Path) -> None:
