@@ -141,9 +141,9 @@ class JSONWriter(_TextWriter):
     def _encode(self, sample: Mapping[str, Any], position: int) -> bytes:
         values = self._values(sample, position)
         try:
-            # allow_nan: MosaicML writes NaN/Infinity (json.loads reads them back).
+            # allow_nan (the default): MosaicML writes NaN/Infinity, and json.loads reads them back.
             text = json.dumps(dict(zip(self.column_names, values, strict=True)), sort_keys=True)
-        except ValueError as exc:  # pragma: no cover - str/int/float always serialise
+        except ValueError as exc:  # an int past Python's int-to-str digit limit
             raise SampleError(f"sample {position}: cannot be written as JSON: {exc}") from exc
         return (text + self.newline).encode("utf-8")
 
@@ -201,7 +201,10 @@ class XSVWriter(_TextWriter):
     def _encode(self, sample: Mapping[str, Any], position: int) -> bytes:
         texts = []
         for name, value in zip(self.column_names, self._values(sample, position), strict=True):
-            text = value if isinstance(value, str) else str(value)
+            try:
+                text = value if isinstance(value, str) else str(value)
+            except ValueError as exc:  # an int past Python's int-to-str digit limit
+                raise SampleError(f"sample {position}, column {name!r}: cannot be written as text: {exc}") from exc
             for what, bad in (("separator", self.separator), ("newline", self.newline)):
                 if bad in text:
                     raise SampleError(

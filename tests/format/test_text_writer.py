@@ -130,6 +130,8 @@ def test_wrong_number_types_and_missing_columns(tmp_path: Path, cls: type) -> No
         # MosaicML drops a key that is not a column; astream refuses it, as its MDSWriter does.
         with pytest.raises(SampleError, match=r"sample 0: missing columns \[\], unexpected columns \['y'\]"):
             writer.write({"n": 1, "x": 1.0, "y": 2})
+        with pytest.raises(SampleError, match=r"sample 0.*cannot be written as (JSON|text)"):
+            writer.write({"n": 10**5000, "x": 1.0})  # past Python's int-to-str digit limit
         writer.write({"n": 1, "x": 1.0})
     assert len(LocalDataset(tmp_path / "ds")) == 1
 
