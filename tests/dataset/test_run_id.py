@@ -78,7 +78,8 @@ def test_ranks_started_by_hand_without_a_run_id_fail_at_once(dataset: Path, tmp_
         assert "ASTREAM_RUN_ID" in str(out["error"])
 
 
-def test_the_same_ranks_meet_under_the_launchers_job_id(dataset: Path, tmp_path: Path) -> None:
+def test_the_same_ranks_run_under_the_launchers_job_id(dataset: Path, tmp_path: Path) -> None:
+    # Open MPI 5 / PMIx exports PMIX_NAMESPACE to every rank of the job: their run id.
     results = _launch(dataset, tmp_path / "cache", {"PMIX_NAMESPACE": f"job-{os.getpid()}-{time.time_ns()}"})
     assert [code for code, _ in results] == [0, 0]
     ids = [out["ids"] for _, out in results]
