@@ -15,21 +15,25 @@ from astream._dataset.loader import Loader
 from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
-from astream._storage.upload import MDSWriter
+from astream._storage.upload import CSVWriter, JSONWriter, MDSWriter, TSVWriter, XSVWriter
 from astream.errors import AstreamError
 
 __version__ = "0.1.0.dev0"
 
 __all__ = [
     "AstreamError",
+    "CSVWriter",
     "CoordConfig",
+    "JSONWriter",
     "Loader",
     "LocalDataset",
     "MDSWriter",
     "Stats",
     "Stream",
     "StreamingDataset",
+    "TSVWriter",
     "World",
+    "XSVWriter",
     "__version__",
     "errors",
 ]
@@ -42,4 +46,7 @@ def _adopt(*objects: object) -> None:
             obj.__module__ = "astream"
 
 
-_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stats, Stream, StreamingDataset, World)
+_adopt(
+    CSVWriter, CoordConfig, JSONWriter, LocalDataset, Loader, MDSWriter, Stats, Stream, StreamingDataset, TSVWriter,
+    World, XSVWriter,
+)

@@ -1,16 +1,18 @@
 """A detector of callbacks that hold an asyncio loop's thread, for the engine, coordination
 and dataset tests.
 
-asyncio's debug mode (on in those tests, with ``slow_callback_duration`` at 50 ms) logs
-every callback that ran longer than that, but by the wall clock: on the two shared cores
-these tests run on, a callback that was only descheduled for a while is logged too, so
-its log is a hint, not a verdict. The verdict is this detector's: every ``Handle`` run
-is timed by its thread's CPU clock (what the loop itself spent, whatever the scheduler
-did meanwhile), and a test fails when a callback of its loops spent more than
-``LIMIT`` seconds there: decompression, hashing or parsing on the loop instead of in
-an executor. (Blocking waits that spend no CPU, such as a sync ``time.sleep``, are out of
-its reach, and so are callbacks that imported a module, a one-time cost; ``ASYNC`` lint
-rules catch sync sleeps and I/O in the source.)
+asyncio's debug mode (on in those tests, with ``slow_callback_duration`` at 50 ms,
+``DEBUG_LOG``) logs every callback that ran longer than that, but by the wall clock: on the
+two shared cores these tests run on, a callback that was only descheduled is logged too,
+so its log is a hint, not a verdict. The verdict is this detector's: every ``Handle`` run
+is timed by its thread's CPU clock (what the loop itself spent, whatever the scheduler did
+meanwhile), and a test fails when a callback spent more than ``LIMIT`` there: decompression,
+hashing or parsing on the loop instead of in an executor. ``LIMIT`` is above the debug
+log's 50 ms because a virtual machine's CPU clock runs on while the hypervisor steals the
+core: with five test runs sharing two cores, callbacks that take ~10 ms alone were
+measured at 58 and 100 CPU ms. (Blocking waits that spend no CPU, such as a sync
+``time.sleep``, are out of its reach, and so are callbacks that imported a module, a
+one-time cost; ``ASYNC`` lint rules catch sync sleeps and I/O in the source.)
 """
 
 from __future__ import annotations
@@ -23,7 +25,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-LIMIT = 0.05
+DEBUG_LOG = 0.05  # asyncio's slow-callback log
+LIMIT = 0.25  # the verdict, in CPU seconds of the loop's thread
 
 _lock = threading.Lock()
 _seen: list[tuple[float, str]] = []
@@ -60,12 +63,12 @@ def detect_blocking() -> Iterator[list[tuple[float, str]]]:
 
 
 def debug_loop(factory: Any) -> Any:
-    """``factory`` with asyncio's debug mode on and a 50 ms slow-callback threshold."""
+    """``factory`` with asyncio's debug mode on and a 50 ms slow-callback log."""
 
     def make() -> asyncio.AbstractEventLoop:
         loop = factory()
         loop.set_debug(True)
-        loop.slow_callback_duration = LIMIT
+        loop.slow_callback_duration = DEBUG_LOG
         return loop  # type: ignore[no-any-return]
 
     return make

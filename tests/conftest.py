@@ -43,7 +43,7 @@ def pytest_asyncio_loop_factories(config: Any, item: Any) -> Mapping[str, Any]:
 
 @pytest.fixture(autouse=True)
 def _no_blocking_callbacks(request: pytest.FixtureRequest) -> Iterator[None]:
-    """Watched tests fail when a loop callback spent over 50 ms of CPU (tests/blocking.py)."""
+    """Watched tests fail when a loop callback spent over 250 ms of CPU (tests/blocking.py)."""
     if not _watched(request.node):
         yield
         return

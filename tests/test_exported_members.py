@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import inspect
 import json
 import subprocess
 import sys
@@ -37,3 +38,14 @@ def test_public_classes_present_themselves_as_astream() -> None:
         value = getattr(astream, name)
         if isinstance(value, type) and not issubclass(value, BaseException):
             assert value.__module__ == "astream", name
+
+
+def test_the_writers_of_every_format_are_public() -> None:
+    # MosaicML's writer names, so `from streaming import CSVWriter` becomes `from astream import CSVWriter`.
+    for name in ("MDSWriter", "JSONWriter", "CSVWriter", "TSVWriter", "XSVWriter"):
+        assert name in astream.__all__
+        writer = getattr(astream, name)
+        assert writer.format == name.removesuffix("Writer").lower()
+        params = inspect.signature(writer).parameters
+        assert list(params)[:6] == ["out", "columns", "compression", "hashes", "size_limit", "exist_ok"]
+        assert {"keep_local", "progress_bar", "max_workers"} <= set(params)

@@ -20,18 +20,29 @@ import contextlib
 import errno
 import fcntl
 import hashlib
+import json
 import os
 import socket
 import struct
 import tempfile
-from collections.abc import Iterator
+import uuid
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from astream.errors import ConfigError, CoordinationError
 
-__all__ = ["Address", "default_run_id", "derive_address", "peer_credentials", "try_bind", "try_connect"]
+__all__ = [
+    "RUN_ID_VARIABLES", "Address", "default_run_id", "derive_address", "peer_credentials", "resolve_run_id", "run_id_from_env",
+    "try_bind", "try_connect",
+]
 
-_RUN_ID_VARS = ("ASTREAM_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JAX_COORDINATOR_ADDRESS")
+# Variables whose value is the same for every process of one job and differs between
+# jobs, in the order they are tried (MASTER_ADDR:MASTER_PORT and TF_CONFIG's cluster after).
+_RUN_ID_VARS = (
+    "ASTREAM_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JAX_COORDINATOR_ADDRESS",
+    "PMIX_NAMESPACE",  # PMIx launchers: Open MPI 5's prterun, srun --mpi=pmix
+    "OMPI_MCA_ess_base_jobid",  # Open MPI 4's mpirun
+)
 
 
 @dataclass(frozen=True)
@@ -57,19 +68,75 @@ class Address:
         return f"@astream-{self.digest}" if self.abstract else self.name
 
 
-def default_run_id() -> str:
-    """A run id from the launcher's environment, so two jobs on one machine do not meet.
+#: Every environment variable a run id is read from.
+RUN_ID_VARIABLES: tuple[str, ...] = (*_RUN_ID_VARS, "SLURM_STEP_ID", "MASTER_ADDR", "MASTER_PORT", "TF_CONFIG")
+
+
+def run_id_from_env(env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """A run id from the launcher's environment, and the variable it came from.
 
     ``ASTREAM_RUN_ID``, then torchrun's ``TORCHELASTIC_RUN_ID``, SLURM's job and step ids,
-    ``MASTER_ADDR:MASTER_PORT``, JAX's coordinator address; ``""`` when none is set.
+    JAX's coordinator address, PMIx's namespace, Open MPI's job id,
+    ``MASTER_ADDR:MASTER_PORT``, and a digest of ``TF_CONFIG``'s cluster; ``("", "")``
+    when none is set.
     """
-    env = os.environ
+    env = os.environ if env is None else env
     for name in _RUN_ID_VARS:
         if env.get(name):
-            return f"{name}={env[name]}.{env.get('SLURM_STEP_ID', '')}" if name == "SLURM_JOB_ID" else env[name]
+            value = f"{name}={env[name]}.{env.get('SLURM_STEP_ID', '')}" if name == "SLURM_JOB_ID" else env[name]
+            return value, name
     if env.get("MASTER_ADDR") and env.get("MASTER_PORT"):
-        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}"
-    return ""
+        return f"{env['MASTER_ADDR']}:{env['MASTER_PORT']}", "MASTER_ADDR:MASTER_PORT"
+    cluster = _tf_cluster(env.get("TF_CONFIG"))
+    if cluster is not None:
+        return "tf-" + hashlib.sha256(cluster.encode()).hexdigest()[:16], "TF_CONFIG"
+    return "", ""
+
+
+def _tf_cluster(raw: str | None) -> str | None:
+    # Every task of a TF job shares the cluster spec (the task part differs per process).
+    if not raw:
+        return None
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        return None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    return json.dumps(cluster, sort_keys=True) if isinstance(cluster, dict) and cluster else None
+
+
+def default_run_id() -> str:
+    """:func:`run_id_from_env`'s run id alone (``""`` when the environment has none)."""
+    return run_id_from_env()[0]
+
+
+def resolve_run_id(run_id: str | None, ranks_per_node: int, env: Mapping[str, str] | None = None) -> tuple[str, str]:
+    """The run id a dataset's processes meet under, and where it came from.
+
+    An explicit ``run_id`` wins, then the launcher's environment (:func:`run_id_from_env`).
+    A node with one rank may have neither: it gets a run id of its own. Several ranks on
+    one node with neither could not find each other's agent, so that is refused.
+
+    Raises:
+        CoordinationError: ``ranks_per_node > 1`` and no run id is known; the message names
+            the variables that give one.
+    """
+    if run_id is not None:
+        return run_id, "run_id="
+    found, source = run_id_from_env(env)
+    if found:
+        return found, source
+    if ranks_per_node > 1:
+        raise CoordinationError(
+            f"{ranks_per_node} ranks share this node, but nothing in the environment names the job they belong "
+            "to, so they cannot find one another's node agent (each would start its own, and the first "
+            "barrier would time out). Set ASTREAM_RUN_ID to the same value for every rank of the job (or pass "
+            "run_id=), or launch with a launcher that sets a job id: torchrun (TORCHELASTIC_RUN_ID), SLURM "
+            "(SLURM_JOB_ID), MASTER_ADDR and MASTER_PORT, PMIX_NAMESPACE / OMPI_MCA_ess_base_jobid (Open MPI), "
+            "TF_CONFIG"
+        )
+    # One rank per node: nobody to meet, but two such jobs on one machine must not meet either.
+    return f"solo-{os.getpid()}-{uuid.uuid4().hex[:8]}", "none (one rank per node)"
 
 
 def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None = None) -> Address:

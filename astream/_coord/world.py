@@ -1,31 +1,43 @@
 """Where this process sits in the training world: node, rank, local rank and worker.
 
-:class:`World` is a pure, frozen value. :meth:`World.from_env` reads it from the
-launcher's environment, in this order of preference:
+:class:`World` is a pure, frozen value. :func:`detect_world` (and :meth:`World.from_env`)
+reads it from the launcher's environment; the first of these that applies wins:
 
-1. torchrun / torch.distributed names: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``,
-   ``LOCAL_WORLD_SIZE``;
-2. SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID`` and
-   ``SLURM_NTASKS_PER_NODE`` or ``SLURM_TASKS_PER_NODE`` (``"4(x2)"`` forms);
+1. an explicit ``world=`` given to the dataset (never overridden by the environment);
+2. torchrun / torch.distributed: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE``;
 3. JAX multi-process: ``jax.process_index()`` / ``jax.process_count()``, consulted only
    when the program has already imported JAX and called ``jax.distributed.initialize``
-   (astream never imports JAX itself); one process per host;
-4. none of them: a single process, world size 1.
+   (astream never imports JAX itself); one process per host unless ``LOCAL_WORLD_SIZE``
+   says otherwise;
+4. SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``, ``SLURM_LOCALID`` and
+   ``SLURM_NTASKS_PER_NODE`` or ``SLURM_TASKS_PER_NODE`` (``"4(x2)"`` forms);
+5. Open MPI (``mpirun``): ``OMPI_COMM_WORLD_RANK``, ``OMPI_COMM_WORLD_SIZE``,
+   ``OMPI_COMM_WORLD_LOCAL_RANK``, ``OMPI_COMM_WORLD_LOCAL_SIZE``;
+6. PMI (MPICH, Intel MPI, Cray): ``PMI_RANK``, ``PMI_SIZE``, with the local rank and size
+   from ``MPI_LOCALRANKID`` / ``MPI_LOCALNRANKS`` or ``PMI_LOCAL_RANK`` / ``PMI_LOCAL_SIZE``;
+7. ``TF_CONFIG`` (TensorFlow's multi-worker JSON): the ``task``'s place among the
+   cluster's ``chief`` then ``worker`` tasks, one task per node unless ``LOCAL_WORLD_SIZE``
+   says otherwise;
+8. none of them: a single process, world size 1.
 
-Like MosaicML Streaming (spec 4.1), every node is assumed to hold the same number of
-ranks: ``node = rank // ranks_per_node`` and ``num_nodes = world_size // ranks_per_node``.
+Where a launcher gives no ranks-per-node figure, every rank is its own node (MosaicML's
+default for a missing ``LOCAL_WORLD_SIZE``). Like MosaicML Streaming (spec 4.1), every node
+holds the same number of ranks: ``node = rank // ranks_per_node`` and
+``num_nodes = world_size // ranks_per_node``.
 """
 
 from __future__ import annotations
 
+import json
+import os
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
 
 from astream.errors import ConfigError
 
-__all__ = ["World", "member_name", "parse_slurm_tasks_per_node"]
+__all__ = ["LAUNCHERS", "LAUNCHER_VARIABLES", "World", "detect_world", "member_name", "parse_slurm_tasks_per_node"]
 
 _SLURM_GROUP = re.compile(r"^\s*(\d+)\s*(?:\(x(\d+)\))?\s*$")
 
@@ -144,17 +156,26 @@ class World:
             ConfigError: variables are missing, not integers, or contradict each other;
                 the message names them.
         """
-        import os
+        return detect_world(env, worker=worker, workers_per_rank=workers_per_rank)[0]
 
-        env = os.environ if env is None else env
-        if "RANK" in env or "WORLD_SIZE" in env:
-            return _from_torchrun(env, worker, workers_per_rank)
-        if "SLURM_PROCID" in env and "SLURM_NTASKS" in env:
-            return _from_slurm(env, worker, workers_per_rank)
-        jax_world = _from_jax(env, worker, workers_per_rank)
-        if jax_world is not None:
-            return jax_world
-        return cls(worker=worker, workers_per_rank=workers_per_rank)
+
+def detect_world(
+    env: Mapping[str, str] | None = None, *, worker: int = 0, workers_per_rank: int = 1
+) -> tuple[World, str]:
+    """The world from the first launcher whose variables are present, and that launcher's name.
+
+    The order is the module docstring's; ``"single process"`` when no launcher applies.
+
+    Raises:
+        ConfigError: a launcher's variables are missing, not integers, or contradict each
+            other; the message names them.
+    """
+    env = os.environ if env is None else env
+    for name, read in LAUNCHERS:
+        world = read(env, worker, workers_per_rank)
+        if world is not None:
+            return world, name
+    return World(worker=worker, workers_per_rank=workers_per_rank), "single process"
 
 
 def member_name(rank: int, worker: int) -> str:
@@ -181,19 +202,42 @@ def _build(names: str, **fields: int) -> World:
         raise ConfigError(f"inconsistent {names}: {exc}") from None
 
 
-def _from_torchrun(env: Mapping[str, str], worker: int, workers: int) -> World:
-    missing = [n for n in ("RANK", "WORLD_SIZE") if n not in env]
+def _from_vars(
+    env: Mapping[str, str], worker: int, workers: int, rank_var: str, size_var: str,
+    local_pairs: tuple[tuple[str, str], ...],
+) -> World | None:
+    """A world from a launcher's rank and size variables, and the first (local rank, local size) pair present."""
+    if rank_var not in env and size_var not in env:
+        return None
+    missing = [n for n in (rank_var, size_var) if n not in env]
     if missing:
-        raise ConfigError(f"RANK and WORLD_SIZE must be set together; {', '.join(missing)} is missing")
-    rank, size = _int(env, "RANK"), _int(env, "WORLD_SIZE")
-    # MosaicML defaults LOCAL_WORLD_SIZE to 1 (every rank its own node); so do we.
-    per_node = _int(env, "LOCAL_WORLD_SIZE", 1)
-    local = _int(env, "LOCAL_RANK", rank % per_node if per_node > 0 else 0)
-    return _build(
-        "RANK/WORLD_SIZE/LOCAL_RANK/LOCAL_WORLD_SIZE",
-        rank=rank, world_size=size, local_rank=local, ranks_per_node=per_node,
-        worker=worker, workers_per_rank=workers,
+        raise ConfigError(f"{rank_var} and {size_var} must be set together; {', '.join(missing)} is missing")
+    rank, size = _int(env, rank_var), _int(env, size_var)
+    local_rank_var, local_size_var = next(
+        (pair for pair in local_pairs if pair[0] in env or pair[1] in env), local_pairs[0]
     )
+    # No local size: every rank its own node, as MosaicML defaults a missing LOCAL_WORLD_SIZE.
+    per_node = _int(env, local_size_var, 1)
+    local = _int(env, local_rank_var, rank % per_node if per_node > 0 else 0)
+    return _build(
+        f"{rank_var}/{size_var}/{local_rank_var}/{local_size_var}",
+        rank=rank, world_size=size, local_rank=local, ranks_per_node=per_node, worker=worker, workers_per_rank=workers,
+    )
+
+
+def _from_torchrun(env: Mapping[str, str], worker: int, workers: int) -> World | None:
+    return _from_vars(env, worker, workers, "RANK", "WORLD_SIZE", (("LOCAL_RANK", "LOCAL_WORLD_SIZE"),))
+
+
+def _from_openmpi(env: Mapping[str, str], worker: int, workers: int) -> World | None:
+    return _from_vars(env, worker, workers, "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
+                      (("OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE"),))
+
+
+def _from_pmi(env: Mapping[str, str], worker: int, workers: int) -> World | None:
+    # Hydra (MPICH, Intel MPI) exports MPI_LOCAL*; Cray's and other PMIs PMI_LOCAL_*.
+    return _from_vars(env, worker, workers, "PMI_RANK", "PMI_SIZE",
+                      (("MPI_LOCALRANKID", "MPI_LOCALNRANKS"), ("PMI_LOCAL_RANK", "PMI_LOCAL_SIZE")))
 
 
 def parse_slurm_tasks_per_node(value: str) -> list[int]:
@@ -211,7 +255,9 @@ def parse_slurm_tasks_per_node(value: str) -> list[int]:
     return counts
 
 
-def _from_slurm(env: Mapping[str, str], worker: int, workers: int) -> World:
+def _from_slurm(env: Mapping[str, str], worker: int, workers: int) -> World | None:
+    if "SLURM_PROCID" not in env or "SLURM_NTASKS" not in env:
+        return None
     rank, size = _int(env, "SLURM_PROCID"), _int(env, "SLURM_NTASKS")
     raw = env.get("SLURM_NTASKS_PER_NODE") or env.get("SLURM_TASKS_PER_NODE")
     if raw is None:
@@ -246,3 +292,60 @@ def _from_jax(env: Mapping[str, str], worker: int, workers: int) -> World | None
         rank=rank, world_size=size, local_rank=rank % per_node, ranks_per_node=per_node,
         worker=worker, workers_per_rank=workers,
     )
+
+
+def _from_tf_config(env: Mapping[str, str], worker: int, workers: int) -> World | None:
+    raw = env.get("TF_CONFIG")
+    if not raw:
+        return None
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError(f"TF_CONFIG {what}; it must be JSON like "
+                           '{"cluster": {"worker": ["host:port", ...]}, "task": {"type": "worker", "index": 0}}')
+
+    try:
+        config = json.loads(raw)
+    except ValueError:
+        raise bad("is not valid JSON") from None
+    cluster = config.get("cluster") if isinstance(config, dict) else None
+    task = config.get("task") if isinstance(config, dict) else None
+    if not isinstance(cluster, dict) or not isinstance(task, dict):
+        raise bad("needs a 'cluster' object and a 'task' object")
+    kind, index = task.get("type"), task.get("index", 0)
+    chiefs, tasks = cluster.get("chief") or [], cluster.get("worker") or []
+    if not isinstance(chiefs, list) or not isinstance(tasks, list) or isinstance(index, bool) or not isinstance(index, int):
+        raise bad("has a malformed 'chief', 'worker' or task 'index'")
+    if kind not in ("chief", "worker"):
+        raise ConfigError(
+            f"TF_CONFIG task type {kind!r} does not read training data: astream's ranks are the 'chief' and "
+            "'worker' tasks; pass world= to a dataset used elsewhere"
+        )
+    # The chief trains too (MultiWorkerMirroredStrategy): it comes first, then the workers.
+    rank = index if kind == "chief" else len(chiefs) + index
+    per_node = _int(env, "LOCAL_WORLD_SIZE", 1)
+    return _build(
+        "TF_CONFIG/LOCAL_WORLD_SIZE",
+        rank=rank, world_size=len(chiefs) + len(tasks), local_rank=rank % per_node, ranks_per_node=per_node,
+        worker=worker, workers_per_rank=workers,
+    )
+
+
+Reader = Callable[[Mapping[str, str], int, int], World | None]
+
+#: The launchers in the order they are tried (the module docstring's), by name.
+LAUNCHERS: tuple[tuple[str, Reader], ...] = (
+    ("torchrun", _from_torchrun),
+    ("jax.distributed", _from_jax),
+    ("SLURM", _from_slurm),
+    ("Open MPI", _from_openmpi),
+    ("PMI", _from_pmi),
+    ("TF_CONFIG", _from_tf_config),
+)
+
+#: Every environment variable the launchers above are read from (to clear them in tests).
+LAUNCHER_VARIABLES: tuple[str, ...] = (
+    "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_LOCALID",
+    "SLURM_NTASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_JOB_NUM_NODES", "SLURM_NNODES", "OMPI_COMM_WORLD_RANK",
+    "OMPI_COMM_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE", "PMI_RANK", "PMI_SIZE",
+    "MPI_LOCALRANKID", "MPI_LOCALNRANKS", "PMI_LOCAL_RANK", "PMI_LOCAL_SIZE", "TF_CONFIG",
+)

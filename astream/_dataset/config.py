@@ -9,16 +9,15 @@ picklable, so it travels to worker processes as it is.
 
 from __future__ import annotations
 
-import os
-import uuid
+import logging
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from astream._checks import check_choice, check_int, check_optional_int, check_seconds
 from astream._coord.config import CoordConfig
-from astream._coord.rendezvous import default_run_id
-from astream._coord.world import World
+from astream._coord.rendezvous import resolve_run_id
+from astream._coord.world import World, detect_world
 from astream._dataset.provider import CacheProviderFactory, EngineSpec
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
@@ -36,6 +35,9 @@ from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
 
 __all__ = ["DatasetConfig"]
+
+log = logging.getLogger("astream.coord")
+_logged: set[tuple[World, str, str, str]] = set()
 
 
 @dataclass(frozen=True)
@@ -105,7 +107,9 @@ class DatasetConfig:
         size = None if epoch_size is None else parse_count(epoch_size, "epoch_size")
         if size is not None and any(s.repeat is not None or s.choose is not None for s in inherited):
             raise ConfigError("epoch_size cannot be combined with streams that set repeat or choose")
-        unique_world = world if world is not None else World.from_env()
+        unique_world, world_source = (world, "world=") if world is not None else detect_world()
+        run, run_source = resolve_run_id(run_id, unique_world.ranks_per_node)
+        _log_once(unique_world, world_source, run, run_source)
         replicas = check_optional_int("replication", replication, 1)
         return cls(
             streams=inherited, download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
@@ -123,7 +127,7 @@ class DatasetConfig:
             allow_unsafe_types=bool(allow_unsafe_types), replication=replicas,
             max_concurrency=check_int("max_concurrency", max_concurrency, 1), unique_world=unique_world,
             world=_parallel_world(unique_world, replicas),
-            run_id=run_id if run_id is not None else (default_run_id() or f"solo-{os.getpid()}-{uuid.uuid4().hex[:8]}"),
+            run_id=run,
             coord=coord, transform=_check_transform(transform),
         )
 
@@ -209,3 +213,16 @@ def _parallel_world(world: World, replication: int | None) -> World:
     rank = world.rank // replication
     return World(rank=rank, world_size=ranks, local_rank=rank % per_node, ranks_per_node=per_node,
                  worker=world.worker, workers_per_rank=world.workers_per_rank)
+
+
+def _log_once(world: World, world_source: str, run_id: str, run_source: str) -> None:
+    """Say (at debug level, once per process and outcome) where this process stands and why."""
+    key = (world, world_source, run_id, run_source)
+    if key in _logged:
+        return
+    _logged.add(key)
+    log.debug(
+        "world from %s: rank %d of %d, node %d of %d, local rank %d of %d; run id %r from %s",
+        world_source, world.rank, world.world_size, world.node, world.num_nodes, world.local_rank,
+        world.ranks_per_node, run_id, run_source,
+    )

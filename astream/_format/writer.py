@@ -3,39 +3,27 @@
 The output is byte for byte what MosaicML Streaming's writer produces for the same
 samples and settings (uncompressed shards and index.json; compressed files may differ
 where the compressor libraries differ, and gzip's header carries no timestamp here).
-Each shard is written atomically and index.json last, so a directory either has an
-index whose shards all exist, or no index. Storage backends subclass this writer
-and upload from :meth:`MDSWriter._after_shard` and :meth:`MDSWriter._after_index`.
+Shard rolling, compression, hashing and the index are :class:`ShardWriter`'s; this
+module says what an MDS shard holds: uint32 ``n``, ``n + 1`` uint32 offsets, the
+writer's config as JSON, then the records.
 """
 
 from __future__ import annotations
 
-import contextlib
-import json
 import os
-import shutil
-import warnings
 from collections.abc import Mapping, Sequence
-from types import TracebackType
 from typing import Any
 
 import numpy as np
 
-from astream._format.compression import Codec, get_codec
-from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
-from astream._format.hashing import check_algorithm, new_hasher
-from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
+from astream._format.index import FileInfo, ShardInfo
 from astream._format.record import RecordLayout
-from astream._units import parse_bytes
-from astream.errors import ConfigError, UsageError
+from astream._format.shard_writer import ShardFile, ShardWriter, config_bytes
 
 __all__ = ["MDSWriter"]
 
-_FORMAT = "mds"
-_MAX_SIZE_LIMIT = 1 << 32  # offsets are uint32
 
-
-class MDSWriter:
+class MDSWriter(ShardWriter):
     """Write a MosaicML-Streaming-compatible MDS dataset into a local directory.
 
     Use it as a context manager, or call :meth:`finish` yourself::
@@ -59,6 +47,9 @@ class MDSWriter:
         CompressionError: an unknown compression algorithm.
     """
 
+    format = "mds"
+    _sample_overhead = 4  # each record's offset entry
+
     def __init__(
         self,
         out: str | os.PathLike[str],
@@ -68,208 +59,35 @@ class MDSWriter:
         size_limit: int | str | None = 1 << 26,
         exist_ok: bool = False,
     ) -> None:
-        self.local = self._local_dir(out)
-        if not isinstance(columns, Mapping) or not columns:
-            raise ConfigError(f"columns must be a non-empty dict of column name -> encoding, got {columns!r}")
-        if not all(isinstance(name, str) for name in columns):
-            raise ConfigError(f"column names must be strings, got {list(columns)!r}")
+        super().__init__(out, columns, compression, hashes, size_limit, exist_ok)
         self.layout = RecordLayout.from_columns(columns)
-        self.compression = compression or None
-        self._codec: Codec | None = None if self.compression is None else get_codec(self.compression)
-        if self._codec is not None:
-            self._codec.compress(b"")  # fail now, not at the first flush, if an extra is missing
-        if isinstance(hashes, str):
-            raise ConfigError(f"hashes must be a list of algorithm names, got the string {hashes!r}")
-        # Sorted and unique, as MDS requires (MosaicML's writer rejects any other order).
-        self.hashes = sorted({check_algorithm(a, "hashes") for a in (hashes or ())})
-        limit = None if size_limit is None else parse_bytes(size_limit, "size_limit")
-        if limit is not None and limit >= _MAX_SIZE_LIMIT:
-            raise ConfigError(f"size_limit must be below 4 GiB (shard offsets are uint32), got {size_limit!r}")
-        self.size_limit = limit or None
-        self._prepare_dir(exist_ok)
         self._config = {
+            **self._base_config(),
             "column_encodings": list(self.layout.specs),
             "column_names": list(self.layout.names),
             "column_sizes": list(self.layout.sizes),
-            "compression": self.compression,
-            "format": _FORMAT,
-            "hashes": list(self.hashes),
-            "size_limit": self.size_limit,
-            "version": 2,
         }
-        self._config_bytes = json.dumps(self._config, sort_keys=True).encode("utf-8")
-        self._shard_overhead = 4 + 4 + len(self._config_bytes)
-        self._records: list[bytes] = []
-        self._shard_size = self._shard_overhead
-        self._shards: list[ShardInfo] = []
-        self._num_written = 0
-        self._finished = False
-        self._pending: BackgroundCommit | None = None
+        self._config_bytes = config_bytes(self._config)
+        self._shard_overhead = 4 + 4 + len(self._config_bytes)  # sample count, last offset, config
+        self._start()
 
-    # --- hooks for subclasses (the storage layer uploads from here) -------------------
+    def _encode(self, sample: Mapping[str, Any], position: int) -> bytes:
+        return self.layout.encode(sample, position)
 
-    def _local_dir(self, out: str | os.PathLike[str]) -> str:
-        """The local directory shards go to; subclasses map remote URLs to a staging dir."""
-        path = os.fspath(out)
-        if not isinstance(path, str) or not path:
-            raise ConfigError(f"out must be a directory path, got {out!r}")
-        if "://" in path:
-            raise ConfigError(f"out={path!r}: this writer writes to local directories only")
-        return path
-
-    def _after_shard(self, paths: list[str]) -> None:
-        """Called once a shard's final file(s) are durable and in place (no-op here).
-
-        Called on the writer's thread, in shard order, and always before index.json is
-        written. Because a shard's fsync overlaps with encoding the next one, the call for
-        shard k comes when shard k + 1 is flushed (or at :meth:`finish`). Not called for a
-        shard still in flight when the writer is aborted.
-        """
-
-    def _after_index(self, path: str) -> None:
-        """Called once index.json is in place, after every shard's hook (no-op here)."""
-
-    # --- public API -------------------------------------------------------------------
-
-    @property
-    def num_samples(self) -> int:
-        """Samples accepted so far."""
-        return self._num_written
-
-    @property
-    def shards(self) -> tuple[ShardInfo, ...]:
-        """The shards written so far, as index.json will list them."""
-        return tuple(self._shards)
-
-    def write(self, sample: Mapping[str, Any]) -> None:
-        """Add one sample; a full shard is flushed to disk first if it would overflow.
-
-        Raises:
-            SampleError: the sample does not match the columns (nothing is written for it).
-            UsageError: the writer is already finished.
-        """
-        if self._finished:
-            raise UsageError(f"MDSWriter({self.local!r}) is finished; create a new writer to add samples")
-        record = self.layout.encode(sample, self._num_written)
-        size = len(record) + 4  # the record plus its offset entry
-        # Same rule as MosaicML: flush first if this sample would overflow the shard, even
-        # when the shard is still empty (which writes a 0-sample shard).
-        if self.size_limit and self.size_limit < self._shard_size + size:
-            self._flush()
-        self._records.append(record)
-        self._shard_size += size
-        self._num_written += 1
-
-    def finish(self) -> None:
-        """Flush the last shard and write index.json. Idempotent."""
-        if self._finished:
-            return
-        self._finished = True
-        if self._records:
-            self._flush()
-        self._settle()
-        path = os.path.join(self.local, INDEX_NAME)
-        # Shard renames become durable here, before the index that makes them reachable.
-        fsync_dir(self.local)
-        atomic_write(path, Index(tuple(self._shards), path).dumps())
-        self._after_index(path)
-
-    def abort(self) -> None:
-        """Stop without writing index.json (the finished shards stay on disk). Idempotent."""
-        self._finished = True
-        self._records = []
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            # Let the last shard land (it is complete); its error, if any, is not the story.
-            with contextlib.suppress(OSError):
-                pending.wait()
-
-    def __enter__(self) -> MDSWriter:
-        return self
-
-    def __exit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        if exc_type is None:
-            self.finish()
-        else:
-            # No index.json: a half-written dataset must not look complete.
-            self.abort()
-
-    def __del__(self) -> None:
-        if getattr(self, "_finished", True) is False and getattr(self, "_num_written", 0) > 0:
-            warnings.warn(
-                f"MDSWriter({self.local!r}) was never finished: call finish() or use it in a "
-                "`with` block, or the dataset has no index.json",
-                ResourceWarning,
-                stacklevel=1,
-            )
-
-    # --- internals ----------------------------------------------------------------------
-
-    def _prepare_dir(self, exist_ok: bool) -> None:
-        if os.path.isdir(self.local) and os.listdir(self.local):
-            if not exist_ok:
-                raise ConfigError(
-                    f"out={self.local!r} exists and is not empty; pass exist_ok=True to replace its contents"
-                )
-            # The old index goes first, so a crash in between never leaves it pointing at
-            # a mix of old and new shards.
-            index = os.path.join(self.local, INDEX_NAME)
-            if os.path.exists(index):
-                os.unlink(index)
-            shutil.rmtree(self.local)
-        try:
-            os.makedirs(self.local, exist_ok=True)
-        except OSError as exc:
-            raise ConfigError(f"out={self.local!r}: cannot create the directory: {exc}") from exc
-
-    def _shard_pieces(self) -> list[bytes]:
-        """The shard file as pieces (header, config, records), to hash and write without a join."""
-        records = self._records
+    def _shard_files(self, records: list[bytes]) -> list[ShardFile]:
+        # The shard as pieces (header, config, records), to hash and write without a join.
         header = 4 + 4 * (len(records) + 1) + len(self._config_bytes)
         sizes = np.fromiter((len(r) for r in records), np.int64, len(records))
         offsets = np.concatenate(([0], np.cumsum(sizes))) + header
         head = np.uint32(len(records)).tobytes() + offsets.astype("<u4").tobytes()
-        return [head, self._config_bytes, *records]
+        return [(None, [head, self._config_bytes, *records])]
 
-    def _file_info(self, basename: str, pieces: list[bytes]) -> FileInfo:
-        digests = {}
-        for algo in self.hashes:
-            hasher = new_hasher(algo)
-            for piece in pieces:
-                hasher.update(piece)
-            digests[algo] = hasher.hexdigest()
-        return FileInfo(basename, sum(map(len, pieces)), digests)
-
-    def _flush(self) -> None:
-        position = len(self._shards)
-        raw_name = f"shard.{position:05}.{_FORMAT}"
-        pieces = self._shard_pieces()
-        raw_info = self._file_info(raw_name, pieces)
-        zip_info = None
-        stored_name = raw_name
-        if self._codec is not None:
-            stored_name = f"{raw_name}.{self._codec.extension}"
-            pieces = [self._codec.compress(b"".join(pieces))]
-            zip_info = self._file_info(stored_name, pieces)
-        self._settle()
-        # The file is written now; its fsync and rename overlap with encoding the next shard.
-        self._pending = BackgroundCommit(os.path.join(self.local, stored_name), pieces)
-        self._shards.append(
-            ShardInfo(
-                index=position, format=_FORMAT, samples=len(self._records), raw_data=raw_info,
-                zip_data=zip_info, compression=self.compression, hashes=tuple(self.hashes),
-                column_names=self.layout.names, column_encodings=self.layout.specs,
-                column_sizes=self.layout.sizes, size_limit=self.size_limit, config=dict(self._config),
-            )
+    def _shard_entry(self, position: int, samples: int, files: list[tuple[FileInfo, FileInfo | None]]) -> ShardInfo:
+        (raw_info, zip_info), = files
+        return ShardInfo(
+            index=position, format=self.format, samples=samples, raw_data=raw_info,
+            zip_data=zip_info, compression=self.compression, hashes=tuple(self.hashes),
+            column_names=self.layout.names, column_encodings=self.layout.specs,
+            column_sizes=self.layout.sizes, size_limit=self.size_limit, config=dict(self._config),
         )
-        self._records = []
-        self._shard_size = self._shard_overhead
 
-    def _settle(self) -> None:
-        """Wait for the previous shard to be durable and in place, then run the hook."""
-        pending, self._pending = self._pending, None
-        if pending is not None:
-            pending.wait()
-            self._after_shard([pending.path])

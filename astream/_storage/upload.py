@@ -1,13 +1,17 @@
-"""Writing an MDS dataset to a remote: ``MDSWriter(out="s3://...")`` or ``out=(local, remote)``.
+"""Writing a dataset to a remote: ``MDSWriter(out="s3://...")`` or ``out=(local, remote)``.
 
-:class:`MDSWriter` (public as ``astream.MDSWriter``) is the format layer's writer
-plus uploads. Each finished shard file is handed (from the writer's ``_after_shard``
-hook) to a private event-loop thread, which uploads up to ``max_concurrency`` files at
-once with the usual retries; at most ``max_pending`` files wait, so a slow remote slows
-the writer down instead of filling the disk or memory. ``index.json`` is uploaded last,
-only after every shard arrived, so a reader never sees an index whose shards are
-missing. A failed upload raises :class:`UploadError` at the next shard or at
-``finish()``, never silently.
+The public writers (``astream.MDSWriter``, ``JSONWriter``, ``CSVWriter``, ``TSVWriter``,
+``XSVWriter``) are the format layer's writers plus :class:`Uploads`. Each finished shard
+file is handed (from the writer's ``_after_shard`` hook) to a private event-loop thread,
+which uploads up to ``max_workers`` files at once with the usual retries; at most
+``max_pending`` files wait, so a slow remote slows the writer down instead of filling
+the disk or memory. ``index.json`` is uploaded last, only after every shard arrived, so a
+reader never sees an index whose shards are missing. A failed upload raises
+:class:`UploadError` at the next shard or at ``finish()``, never silently.
+
+``keep_local``, ``progress_bar`` and ``max_workers`` mean what they mean to MosaicML
+Streaming's writers: keep (or delete, the default) each local file once it is uploaded;
+show a tqdm bar of uploaded files; upload that many files at once.
 """
 
 from __future__ import annotations
@@ -15,66 +19,81 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import inspect
 import os
 import shutil
 import tempfile
-from collections.abc import Mapping, Sequence
 from typing import Any
 
+from tqdm import tqdm
+
+from astream._format.shard_writer import ShardWriter
+from astream._format.text_writer import CSVWriter as LocalCSVWriter
+from astream._format.text_writer import JSONWriter as LocalJSONWriter
+from astream._format.text_writer import TSVWriter as LocalTSVWriter
+from astream._format.text_writer import XSVWriter as LocalXSVWriter
 from astream._format.writer import MDSWriter as LocalMDSWriter
 from astream._storage.base import StorageOptions
 from astream._storage.loop import LoopThread
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream.errors import ConfigError, UploadError
 
-__all__ = ["MDSWriter", "RemoteMDSWriter"]
+__all__ = ["CSVWriter", "JSONWriter", "MDSWriter", "RemoteMDSWriter", "TSVWriter", "Uploads", "XSVWriter"]
 
 
-class MDSWriter(LocalMDSWriter):
-    """An :class:`MDSWriter` that also uploads the dataset to a remote as it is written.
+def default_max_workers() -> int:
+    """MosaicML's default upload concurrency: ``min(32, cpu_count + 4)``."""
+    return min(32, (os.cpu_count() or 1) + 4)
+
+
+class Uploads(ShardWriter):
+    """A shard writer that also uploads the dataset to a remote as it is written.
+
+    Put it first among the bases of a format's writer; its keywords are taken here and
+    the rest go to the format's writer.
 
     Args:
-        out: a remote URL (``"s3://bucket/ds"``, ``"http://host/ds"``, ``"file:///x"``;
-            shards are staged in a temporary directory that is removed at the end), a
-            ``(local_dir, remote_url)`` pair (the local copy is kept), or a plain local
-            directory (no uploads).
-        columns, compression, hashes, size_limit, exist_ok: as for :class:`MDSWriter`.
+        out: a remote URL (``"s3://bucket/ds"``, ``"http://host/ds"``, ``"file:///x"``; files
+            are staged in a temporary directory), a ``(local_dir, remote_url)`` pair, or a
+            plain local directory (no uploads).
+        keep_local: with a remote, keep each local file after its upload (True) or delete
+            it (False, MosaicML's default; a staging directory is then removed at the end).
+        progress_bar: show a tqdm progress bar of the files uploaded.
+        max_workers: uploads in flight at once (default ``min(32, cpu_count + 4)``).
         options: timeouts and retries of the uploads.
-        max_concurrency: uploads in flight at once.
         max_pending: finished files allowed to wait for upload before ``write`` blocks.
 
     Raises:
-        ConfigError: a bad ``out`` or limit.
+        ConfigError: a bad ``out``, ``keep_local``, ``progress_bar``, ``max_workers`` or
+            ``max_pending``; the message names it.
     """
 
     def __init__(
-        self,
-        out: str | os.PathLike[str] | tuple[str | os.PathLike[str], str],
-        columns: Mapping[str, str],
-        compression: str | None = None,
-        hashes: Sequence[str] | None = None,
-        size_limit: int | str | None = 1 << 26,
-        exist_ok: bool = False,
-        *,
-        options: StorageOptions | None = None,
-        max_concurrency: int = 4,
-        max_pending: int = 8,
+        self, *args: Any, keep_local: bool = False, progress_bar: bool = False, max_workers: int | None = None,
+        options: StorageOptions | None = None, max_pending: int = 8, **kwargs: Any,
     ) -> None:
-        for name, value in (("max_concurrency", max_concurrency), ("max_pending", max_pending)):
+        workers = default_max_workers() if max_workers is None else max_workers
+        for name, value in (("max_workers", workers), ("max_pending", max_pending)):
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+        for name, flag in (("keep_local", keep_local), ("progress_bar", progress_bar)):
+            if not isinstance(flag, bool):
+                raise ConfigError(f"{name} must be True or False, got {flag!r}")
         self.remote: str | None = None
+        self.keep_local = keep_local
         self._staging: str | None = None
         self._options = options or StorageOptions()
-        self._max_concurrency = max_concurrency
+        self._max_workers = workers
         self._max_pending = max_pending
+        self._progress = progress_bar
+        self._bar: Any = None
         self._uploads: list[concurrent.futures.Future[None]] = []
         self._thread: LoopThread | None = None
         self._pool: StoragePool | None = None
         self._limit: asyncio.Semaphore | None = None
-        super().__init__(out, columns, compression, hashes, size_limit, exist_ok)  # type: ignore[arg-type]
+        super().__init__(*args, **kwargs)
 
-    # -- hooks of MDSWriter ---------------------------------------------------------------------
+    # -- hooks of ShardWriter -------------------------------------------------------------------
     def _local_dir(self, out: Any) -> str:
         if isinstance(out, tuple):
             if len(out) != 2 or not isinstance(out[1], str):
@@ -107,23 +126,32 @@ class MDSWriter(LocalMDSWriter):
             raise UploadError(f"upload of {path} to {self.remote} was cancelled") from exc
         finally:
             self._shutdown()
-            self._remove_staging()
+        if not self.keep_local:
+            self._remove_local()
 
     def abort(self) -> None:
         """Stop without index.json; uploads in flight are cancelled. Idempotent."""
         super().abort()
         self._shutdown()
-        self._remove_staging()
+        if self._staging is not None and not self.keep_local:
+            self._remove_local()
 
-    def _remove_staging(self) -> None:
+    def _remove_local(self) -> None:
+        """Remove what is left of the local copy: the staging folder, or a user's folder if emptied."""
         staging, self._staging = self._staging, None
         if staging is not None:
             shutil.rmtree(staging, ignore_errors=True)
+            return
+        # A folder the user named is removed only if nothing of theirs is in it.
+        with contextlib.suppress(OSError):
+            os.rmdir(self.local)
 
     # -- the upload loop --------------------------------------------------------------------------
     def _loop(self) -> LoopThread:
         if self._thread is None:
             self._thread = LoopThread("astream-upload")
+            if self._progress:
+                self._bar = tqdm(desc=f"Uploading to {self.remote}", unit="file", dynamic_ncols=True)
         return self._thread
 
     def _url_of(self, path: str) -> str:
@@ -133,10 +161,15 @@ class MDSWriter(LocalMDSWriter):
     async def _upload(self, path: str, url: str) -> None:
         if self._pool is None:
             self._pool = StoragePool(self._options)
-            self._limit = asyncio.Semaphore(self._max_concurrency)
+            self._limit = asyncio.Semaphore(self._max_workers)
         assert self._limit is not None
         async with self._limit:
             await self._pool.get(url).put(path, url)
+        if not self.keep_local:
+            # Off the loop: the loop thread carries every other upload's bytes.
+            await asyncio.get_running_loop().run_in_executor(None, os.unlink, path)
+        if self._bar is not None:
+            self._bar.update(1)
 
     def _wait_below(self, limit: int) -> None:
         """Block until fewer than ``limit`` uploads are unfinished."""
@@ -157,13 +190,57 @@ class MDSWriter(LocalMDSWriter):
 
     def _shutdown(self) -> None:
         thread, self._thread = self._thread, None
-        if thread is None:
-            return
-        pool, self._pool = self._pool, None
-        if pool is not None:
-            with contextlib.suppress(Exception):
-                thread.call(pool.aclose(), timeout=30)
-        thread.close()
+        bar, self._bar = self._bar, None
+        if thread is not None:
+            pool, self._pool = self._pool, None
+            if pool is not None:
+                with contextlib.suppress(Exception):
+                    thread.call(pool.aclose(), timeout=30)
+            thread.close()
+        if bar is not None:
+            bar.close()
 
+
+def _signature(local: type[ShardWriter]) -> inspect.Signature:
+    """The format's parameters followed by the upload keywords, for ``help()`` and IDEs."""
+    own = [p.replace(annotation="str | os.PathLike[str] | tuple[str | os.PathLike[str], str]") if p.name == "out" else p
+           for p in inspect.signature(local.__init__).parameters.values() if p.name != "self"]
+    extra = [p for p in inspect.signature(Uploads.__init__).parameters.values()
+             if p.kind is inspect.Parameter.KEYWORD_ONLY]
+    return inspect.Signature([*own, *extra])
+
+
+_UPLOAD_ARGS = """
+    Uploads: ``out`` may also be a remote URL or a ``(local_dir, remote_url)`` pair; then
+    ``keep_local`` (default False: delete each local file once uploaded), ``progress_bar``
+    (a tqdm bar of uploaded files), ``max_workers`` (uploads at once, default
+    ``min(32, cpu_count + 4)``), ``options`` (timeouts, retries) and ``max_pending`` apply;
+    see :class:`astream._storage.upload.Uploads`.
+"""
+
+
+class MDSWriter(Uploads, LocalMDSWriter):
+    __doc__ = (LocalMDSWriter.__doc__ or "") + _UPLOAD_ARGS
+
+
+class JSONWriter(Uploads, LocalJSONWriter):
+    __doc__ = (LocalJSONWriter.__doc__ or "") + _UPLOAD_ARGS
+
+
+class XSVWriter(Uploads, LocalXSVWriter):
+    __doc__ = (LocalXSVWriter.__doc__ or "") + _UPLOAD_ARGS
+
+
+class CSVWriter(Uploads, LocalCSVWriter):
+    __doc__ = (LocalCSVWriter.__doc__ or "") + _UPLOAD_ARGS
+
+
+class TSVWriter(Uploads, LocalTSVWriter):
+    __doc__ = (LocalTSVWriter.__doc__ or "") + _UPLOAD_ARGS
+
+
+for _public, _local in ((MDSWriter, LocalMDSWriter), (JSONWriter, LocalJSONWriter), (XSVWriter, LocalXSVWriter),
+                        (CSVWriter, LocalCSVWriter), (TSVWriter, LocalTSVWriter)):
+    _public.__signature__ = _signature(_local)  # type: ignore[union-attr]
 
 RemoteMDSWriter = MDSWriter  # the name the storage tests and docs of this module use

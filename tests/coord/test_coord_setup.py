@@ -48,7 +48,8 @@ def test_address_is_short_private_and_distinct(tmp_path: Path) -> None:
 
 def test_default_run_id(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("ASTREAM_RUN_ID", "TORCHELASTIC_RUN_ID", "SLURM_JOB_ID", "JAX_COORDINATOR_ADDRESS",
-                 "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_ID"):
+                 "MASTER_ADDR", "MASTER_PORT", "SLURM_STEP_ID", "PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid",
+                 "TF_CONFIG"):
         monkeypatch.delenv(name, raising=False)
     assert default_run_id() == ""
     monkeypatch.setenv("MASTER_ADDR", "10.0.0.1")

@@ -58,7 +58,7 @@ def _expected(nodes: int, per_node: int, workers: int, tmp: Path, served: Loopba
     for rank in range(nodes * per_node):
         world = World(rank=rank, world_size=nodes * per_node, local_rank=rank % per_node, ranks_per_node=per_node)
         ds = StreamingDataset(remote=served.url, local=str(tmp / "plan"), shuffle=True, shuffle_seed=7,
-                              batch_size=4, world=world)
+                              batch_size=4, world=world, run_id="plan")
         plan = ds.plan(epoch=0, sample_in_epoch=0, workers_per_rank=max(1, workers))
         out.append(plan.rank_order(world.node, world.local_rank).tolist())
     return out

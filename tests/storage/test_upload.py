@@ -1,14 +1,20 @@
-"""RemoteMDSWriter: shards upload in the background, index.json last, failures surface."""
+"""Uploading writers: shards upload in the background, index.json last, failures surface.
+
+keep_local, progress_bar and max_workers as MosaicML's writers mean them, against a
+loopback HTTP server, a real moto S3 server on 127.0.0.1 and a local remote.
+"""
 
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from astream import CSVWriter, JSONWriter, LocalDataset, MDSWriter, TSVWriter
 from astream._format.index import Index
 from astream._storage import StorageOptions
 from astream._storage.upload import RemoteMDSWriter
@@ -34,7 +40,7 @@ def test_local_and_http_remote(tmp_path: Path, options: StorageOptions) -> None:
     remote = tmp_path / "served"
     remote.mkdir()
     with LoopbackServer(str(remote), allow_put=True) as server:
-        write((str(tmp_path / "local"), f"{server.url}/ds"), options)
+        write((str(tmp_path / "local"), f"{server.url}/ds"), options, keep_local=True)
         puts = [r.path for r in server.log if r.method == "PUT"]
     local = files(tmp_path / "local")
     assert len(local) > 3
@@ -77,6 +83,80 @@ def test_bad_out(options: StorageOptions) -> None:
         RemoteMDSWriter(("a", "b", "c"), COLUMNS)  # type: ignore[arg-type]
     with pytest.raises(ConfigError, match="max_pending"):
         RemoteMDSWriter("memory://x/y", COLUMNS, max_pending=0)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "name"),
+    [({"max_workers": 0}, "max_workers"), ({"max_workers": True}, "max_workers"), ({"max_workers": 1.5}, "max_workers"),
+     ({"keep_local": "yes"}, "keep_local"), ({"progress_bar": 1}, "progress_bar")],
+)
+@pytest.mark.parametrize("cls", [MDSWriter, JSONWriter, CSVWriter])
+def test_bad_upload_parameters_are_named(tmp_path: Path, cls: type, kwargs: dict[str, Any], name: str) -> None:
+    columns = COLUMNS if cls is MDSWriter else {"i": "int"}
+    with pytest.raises(ConfigError, match=name):
+        cls((str(tmp_path / "local"), str(tmp_path / "remote")), columns, **kwargs)
+    assert not (tmp_path / "local").exists()  # refused before any file was made
+
+
+def test_keep_local_false_deletes_each_uploaded_file(tmp_path: Path, options: StorageOptions) -> None:
+    # A local remote (a plain folder): MosaicML's default deletes the local copy as it goes.
+    local, remote = tmp_path / "local", tmp_path / "remote"
+    write((str(local), str(remote)), options)
+    uploaded = files(remote)
+    assert len(uploaded) > 3
+    assert "index.json" in uploaded
+    assert not local.exists()
+    ds = LocalDataset(str(remote))
+    assert [ds[i]["i"] for i in range(len(ds))] == list(range(40))
+
+
+def test_keep_local_true_keeps_the_staging_copy_of_a_remote_url(options: StorageOptions) -> None:
+    with moto_s3("keepbkt") as s3:
+        writer = write("s3://keepbkt/ds", options, keep_local=True)
+        keys = {o["Key"].removeprefix("ds/") for o in s3.list_objects_v2(Bucket="keepbkt")["Contents"]}
+        remote = {k: s3.get_object(Bucket="keepbkt", Key=f"ds/{k}")["Body"].read() for k in keys}
+    try:
+        assert files(Path(writer.local)) == remote
+    finally:
+        shutil.rmtree(writer.local)
+
+
+@pytest.mark.parametrize("cls", [JSONWriter, CSVWriter, TSVWriter])
+def test_text_writers_upload_to_s3(tmp_path: Path, options: StorageOptions, cls: type) -> None:
+    local, bucket = tmp_path / "local", f"up-{cls.__name__.lower()}"
+    with moto_s3(bucket) as s3:
+        with cls((str(local), f"s3://{bucket}/t"), {"i": "int", "s": "str"}, size_limit=100, hashes=["xxh64"],
+                 keep_local=True, max_workers=2, options=options) as writer:
+            for i in range(30):
+                writer.write({"i": i, "s": f"value {i}"})
+        keys = [o["Key"] for o in s3.list_objects_v2(Bucket=bucket)["Contents"]]
+        remote = {k.removeprefix("t/"): s3.get_object(Bucket=bucket, Key=k)["Body"].read() for k in keys}
+    assert remote == files(local)
+    assert sum(name.endswith(".meta") for name in remote) == len(writer.shards) > 2  # data + meta per shard
+    ds = LocalDataset(str(local), validate_hash="xxh64")
+    assert [ds[i] for i in range(len(ds))] == [{"i": i, "s": f"value {i}"} for i in range(30)]
+
+
+@pytest.mark.parametrize("workers", [1, 3])
+def test_max_workers_bounds_uploads_in_flight(tmp_path: Path, options: StorageOptions, workers: int) -> None:
+    remote = tmp_path / "served"
+    remote.mkdir()
+    with LoopbackServer(str(remote), allow_put=True) as server:
+        server.add(Fault("delay", match="ds/shard.*", seconds=0.25, times=None))
+        write((str(tmp_path / "local"), f"{server.url}/ds"), options, n=24, max_workers=workers)
+        peak = server.max_active
+    assert peak == workers  # never more; and with slow PUTs queued, as many as allowed
+
+
+def test_progress_bar_counts_uploaded_files(tmp_path: Path, options: StorageOptions,
+                                            capsys: pytest.CaptureFixture[str]) -> None:
+    write((str(tmp_path / "local"), str(tmp_path / "remote")), options, progress_bar=True)
+    shown = capsys.readouterr().err
+    uploaded = len(files(tmp_path / "remote"))
+    assert "Uploading to" in shown
+    assert f"{uploaded}file" in shown.replace(" ", "")  # tqdm's last refresh: "<n>file [..]"
+    write((str(tmp_path / "l2"), str(tmp_path / "r2")), options)
+    assert capsys.readouterr().err == ""  # no bar unless asked
 
 
 @pytest.fixture(autouse=True)
