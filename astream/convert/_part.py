@@ -103,12 +103,14 @@ class PartFragment:
 
 
 class _PartWriter(UploadingWriter):
-    """The uploading writer, changed to free each shard's disk as soon as it is delivered."""
+    """The uploading writer, one upload at a time; to a local destination each file is moved."""
 
     def __init__(self, staging: str, dest: str, local_dest: bool, keep_local: bool, **kwargs: Any) -> None:
         self._dest_is_local = local_dest
-        self._keep_local = keep_local
-        super().__init__((staging, dest), exist_ok=True, max_concurrency=1, max_pending=1, **kwargs)
+        # keep_local=False: the writer deletes each shard once delivered, so a task's disk
+        # holds about one shard whatever the partition's size.
+        super().__init__((staging, dest), exist_ok=True, keep_local=keep_local, max_workers=1, max_pending=1,
+                         **kwargs)
 
     async def _upload(self, path: str, url: str) -> None:
         if self._dest_is_local:
@@ -118,8 +120,6 @@ class _PartWriter(UploadingWriter):
                 fsync_dir(os.path.dirname(url))
             return
         await super()._upload(path, url)
-        if not self._keep_local and os.path.basename(path) != INDEX_NAME:
-            os.unlink(path)
 
 
 def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Mapping[str, Any]], dict[str, str] | None]:
