@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
@@ -196,16 +197,28 @@ class ShardCache:
         self.used -= entry.size
         entry.state, entry.size, entry.verified, entry.suspect = State.ABSENT, 0, False, False
 
-    def make_room(self, need: int) -> list[int] | None:
-        """Evict LRU unpinned shards until ``need`` more bytes fit; None if they cannot."""
+    def make_room(
+        self, need: int, next_use: Callable[[int], float] | None = None, beyond: float | None = None
+    ) -> list[int] | None:
+        """Evict unpinned shards until ``need`` more bytes fit; None if they cannot.
+
+        Args:
+            need: bytes about to be reserved.
+            next_use: positions until the node next reads a shard (the plan's look-ahead);
+                None: evict the least recently used first.
+            beyond: only evict shards next used farther away than this (a prefetch).
+        """
         if self.local_only:
             return []
+        if self.limit is None or self.used + need <= self.limit:
+            return []
         candidates = [
-            Candidate(i, e.size, e.last_used, pinned=e.pins > 0)
+            Candidate(i, e.size, e.last_used, pinned=e.pins > 0,
+                      next_use=None if next_use is None else next_use(i))
             for i, e in enumerate(self.entries)
             if e.state is State.READY
         ]
-        victims = choose_victims(candidates, self.used, need, self.limit)
+        victims = choose_victims(candidates, self.used, need, self.limit, beyond=beyond)
         for i in victims or ():
             self.delete_files(i)
             self.forget(i)

@@ -120,6 +120,7 @@ class ShardEngine:
         self._fsync = fsync
         self._sync = BackgroundSync(self.cache.root) if fsync else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._fetched_before: set[int] = set()  # shards this engine downloaded (re-downloads count)
         self._first_done = False  # a transfer of this engine has succeeded
         self._change: asyncio.Event | None = None
         self._started = False
@@ -218,6 +219,7 @@ class ShardEngine:
 
     def on_bytes(self, count: int) -> None:
         self.stats.bytes_downloaded += count
+        self.stats.epoch_bytes_downloaded += count
 
     # -- the shard API ------------------------------------------------------------------------
     def path(self, i: int) -> str:
@@ -226,6 +228,9 @@ class ShardEngine:
 
     def is_ready(self, i: int) -> bool:
         return self.cache.entries[i].state is State.READY
+
+    def is_absent(self, i: int) -> bool:
+        return self.cache.entries[i].state is State.ABSENT
 
     def pin(self, i: int) -> None:
         """Keep shard ``i`` from eviction (it must be ready or reserved)."""
@@ -246,19 +251,27 @@ class ShardEngine:
 
     def _wake(self) -> None:
         self.stats.cache_bytes = self.cache.used
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.cache.used)
         self.stats.in_flight = self._slots.active
         if self._change is not None:
             self._change.set()
 
-    async def _wait_change(self) -> None:
+    async def _wait_change(self, timeout: float | None = None) -> None:
         assert self._change is not None
         self._change.clear()
-        await self._change.wait()
+        if timeout is None:
+            await self._change.wait()
+        else:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._change.wait(), timeout)
 
     def _running(self) -> bool:
         return any(not t.done() for t in self._tasks.values())
 
-    async def reserve(self, i: int, *, stuck: Callable[[], bool] | None = None) -> None:
+    async def reserve(
+        self, i: int, *, stuck: Callable[[], bool] | None = None, next_use: Callable[[int], float] | None = None,
+        make_way: Callable[[], bool] | None = None,
+    ) -> None:
         """Pin shard ``i`` and make sure it is ready or being installed.
 
         Waits while the cache is full of pinned shards. Reservations are granted in the
@@ -270,6 +283,10 @@ class ShardEngine:
             stuck: called while waiting for room; if it returns True and nothing is in
                 flight, waiting could only end by a consumer releasing a pin it will
                 not release: raise instead of deadlocking.
+            next_use: the node plan's distance to each shard's next read: evict the
+                farthest first (None: least recently used first).
+            make_way: called when there is no room; returns True if it cancelled
+                something (a prefetch) whose bytes will come free.
 
         Raises:
             CacheError: no room can be made (see ``stuck``).
@@ -279,22 +296,19 @@ class ShardEngine:
         entry = self.cache.entries[i]
         need = self.cache.footprint(i)
         while entry.state is State.ABSENT:
-            victims = self.cache.make_room(need)
-            if victims is not None:
-                self.stats.evictions += len(victims)
-                self.cache.begin(i)
-                self.stats.misses += 1
-                self._tasks[i] = asyncio.get_running_loop().create_task(
-                    self._install(i, verify=False, priority=next(self._order))
-                )
+            if self._start_install(i, next_use, None):
                 break
+            if make_way is not None and make_way():
+                await self._wait_change()
+                continue
             if stuck is not None and stuck() and not self._running():
                 raise CacheError(
                     f"cache_limit={self.cache.limit} bytes is full of shards in use (pinned: "
                     f"{self.cache.pinned}) and shard {i} needs {need} more bytes; release shards "
                     "you are done with, or raise cache_limit"
                 )
-            await self._wait_change()
+            # With a stuck check, look again now and then: it may be a matter of time.
+            await self._wait_change(None if stuck is None else 0.5)
         else:
             if entry.state is State.READY and (entry.suspect or (self.validate_hash and not entry.verified)):
                 entry.state = State.BUSY
@@ -305,6 +319,40 @@ class ShardEngine:
                 self.stats.hits += 1  # ready, or joining a transfer already running
         self.cache.pin(i)
         self._wake()
+
+    def _start_install(self, i: int, next_use: Callable[[int], float] | None, beyond: float | None) -> bool:
+        """Make room for absent shard ``i`` and start installing it; False if no room."""
+        victims = self.cache.make_room(self.cache.footprint(i), next_use, beyond)
+        if victims is None:
+            return False
+        self.stats.evictions += len(victims)
+        self.cache.begin(i)
+        self.stats.misses += 1
+        self._tasks[i] = asyncio.get_running_loop().create_task(
+            self._install(i, verify=False, priority=next(self._order))
+        )
+        return True
+
+    def try_reserve(self, i: int, next_use: Callable[[int], float], beyond: float) -> bool:
+        """Pin shard ``i`` and start installing it if room can be made now, never waiting.
+
+        For a prefetch of a shard needed ``beyond`` positions away: it only evicts shards
+        needed later than that. Returns False (nothing pinned) where there is no such room.
+        """
+        if not self._started or self._closed:
+            raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
+        entry = self.cache.entries[i]
+        if entry.state is State.ABSENT:
+            if not self._start_install(i, next_use, beyond):
+                return False
+            self.stats.prefetches += 1
+        self.cache.pin(i)
+        self._wake()
+        return True
+
+    def new_epoch(self) -> None:
+        """The node began an epoch: restart the per-epoch counters."""
+        self.stats.epoch_bytes_downloaded = 0
 
     async def wait_ready(self, i: int) -> str:
         """Wait until reserved shard ``i`` is installed; returns its data file's path.
@@ -404,6 +452,9 @@ class ShardEngine:
             self.cache.done(i)
             if fetched:
                 self.stats.shards_downloaded += 1
+                if i in self._fetched_before:
+                    self.stats.redownloads += 1
+                self._fetched_before.add(i)
         except BaseException:
             if not self.cache.local_only:
                 with contextlib.suppress(CacheError):

@@ -24,7 +24,7 @@ from typing import Any, cast
 
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
 from astream._coord.config import CoordConfig
-from astream._coord.provider import ShardProvider
+from astream._coord.provider import PlanAware, ShardProvider
 from astream._coord.rendezvous import peer_credentials
 from astream._coord.wire import FrameDecoder, ProtocolError, VersionMismatch, encode, validate_request
 from astream.errors import AstreamError, CoordinationError
@@ -59,6 +59,7 @@ class _Conn(asyncio.Protocol):
         self.clean = False
         self.closed = False
         self.pins: set[str] = set()  # a client pins a key once; it counts its own holds
+        self.readers: set[str] = set()  # plan-reporting readers of this connection
         self.transport: asyncio.Transport | None = None
         self._decoder = FrameDecoder(agent.config.max_frame)
 
@@ -156,6 +157,7 @@ class Agent:
         self.stats: Counter[str] = Counter()
         self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, _Conn] = {}
+        self._planned: PlanAware | None = provider if isinstance(provider, PlanAware) else None
         self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
@@ -239,6 +241,10 @@ class Agent:
         for key in conn.pins:
             self._add_pins(key, -1)
         conn.pins.clear()
+        if self._planned is not None:
+            for reader in conn.readers:
+                self._planned.on_reader_gone(f"{conn.number}:{reader}")
+        conn.readers.clear()
         for waiters in self._waiters.values():
             waiters[:] = [w for w in waiters if w.conn is not conn]
         if conn.greeted:
@@ -286,6 +292,8 @@ class Agent:
             conn.send({"id": request, "ok": True, "stats": self.snapshot()})
         elif op == "bye":
             conn.clean = True
+        elif op in ("plan", "progress", "reader_done"):
+            self._reader_report(conn, msg)
 
     def _hello(self, conn: _Conn, msg: dict[str, Any]) -> None:
         if conn.greeted:
@@ -298,6 +306,27 @@ class Agent:
         for key in msg["pins"]:
             self._pin(conn, key, 1)
         conn.send({"id": msg["id"], "ok": True, "agent_pid": os.getpid(), "epoch": self._epoch})
+
+    def _reader_report(self, conn: _Conn, msg: dict[str, Any]) -> None:
+        """A reader's plan, position or end, for a provider that evicts by next use."""
+        if self._planned is None:
+            return
+        reader = f"{conn.number}:{msg['reader']}"  # unique on the node, gone with the connection
+        op = msg["op"]
+        if op == "plan":
+            uses, starts, ends = msg["uses"], msg["starts"], msg["ends"]
+            if not len(uses) == len(starts) == len(ends):
+                raise ProtocolError("op 'plan': uses, starts and ends differ in length")
+            conn.readers.add(msg["reader"])
+            if msg["first"]:
+                self._planned.on_plan(reader, uses, starts, ends, msg["window"])
+            else:
+                self._planned.append_plan(reader, uses, starts, ends)
+        elif op == "progress":
+            self._planned.on_progress(reader, msg["position"])
+        else:
+            conn.readers.discard(msg["reader"])
+            self._planned.on_reader_gone(reader)
 
     def _pin(self, conn: _Conn, key: str, delta: int) -> None:
         if (key in conn.pins) == (delta > 0):
@@ -382,6 +411,8 @@ class Agent:
             epoch = None
             if msg["op"] == "begin_epoch":
                 epoch, self._epoch, self._epoch_set = self._epoch, self._epoch + 1, True
+                if self._planned is not None:
+                    self._planned.on_epoch(epoch)
             self._answer_barrier(barrier, epoch=epoch)
         self._arm_deadline()
 

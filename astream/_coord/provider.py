@@ -23,12 +23,37 @@ from typing import Any, Protocol, runtime_checkable
 
 from astream.errors import AstreamError, ConfigError, DownloadError, RemoteNotFoundError
 
-__all__ = ["ProviderFactory", "ShardProvider", "SimpleProvider", "SimpleProviderFactory", "StageCallback"]
+__all__ = ["PlanAware", "ProviderFactory", "ShardProvider", "SimpleProvider", "SimpleProviderFactory", "StageCallback"]
 
 StageCallback = Callable[[str], None]
 """Called by a provider as a shard moves through ``"queue"``, ``"download"``, ``"decompress"``..."""
 
 TMP_MARK = ".astream-tmp-"
+
+
+@runtime_checkable
+class PlanAware(Protocol):
+    """A provider that also wants the node's readers' plans (to evict by next use)."""
+
+    def on_plan(self, reader: str, uses: list[int], starts: list[int], ends: list[int], window: int) -> None:
+        """A reader's shard uses of this epoch (a first part, see ``append_plan``)."""
+        ...
+
+    def append_plan(self, reader: str, uses: list[int], starts: list[int], ends: list[int]) -> None:
+        """More of a reader's uses (its plan came in several messages)."""
+        ...
+
+    def on_progress(self, reader: str, position: int) -> None:
+        """The reader consumed everything before ``position``."""
+        ...
+
+    def on_reader_gone(self, reader: str) -> None:
+        """The reader closed, or its process left the node."""
+        ...
+
+    def on_epoch(self, epoch: int) -> None:
+        """The node began ``epoch``."""
+        ...
 
 
 @runtime_checkable

@@ -29,7 +29,7 @@ from astream._dataset.bridge import SyncIterator
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
-from astream._dataset.provider import CacheProviderFactory, EngineSpec, shard_key
+from astream._dataset.provider import CacheProviderFactory, EngineSpec, check_dataset_cache, shard_key
 from astream._dataset.reader import EpochReader, OpenShards
 from astream._dataset.runtime import portal
 from astream._dataset.state import EpochState, dataset_fingerprint
@@ -312,7 +312,9 @@ class StreamingDataset:
                 keep_zip=bool(s.keep_zip), download_retry=int(s.download_retry or 0),
                 download_timeout=float(s.download_timeout or self.download_timeout), cache_limit=limit,
             ))
-        return CacheProviderFactory(tuple(specs), self.max_concurrency)
+        # pinned_at_once=1: readers of a bounded cache pin one batch each (checked, with the
+        # node's readers, by check_dataset_cache at the start of an epoch).
+        return CacheProviderFactory(tuple(specs), self.max_concurrency, pinned_at_once=1)
 
     async def node(
         self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main"
@@ -357,7 +359,7 @@ class StreamingDataset:
 
     # -- epochs and resumption ---------------------------------------------------------------
 
-    async def begin_epoch(self, node: AsyncNodeClient) -> tuple[int, int]:
+    async def begin_epoch(self, node: AsyncNodeClient, readers_per_rank: int = 1) -> tuple[int, int]:
         """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset).
 
         A loaded state resumes its epoch at its ``sample_in_epoch`` (also after this dataset
@@ -369,6 +371,9 @@ class StreamingDataset:
                                                        self.world.num_nodes)
         if self._initial_physical_nodes is None:
             self._initial_physical_nodes = self.world.num_nodes
+        # A cache_limit too small for the node's readers fails here, before any download.
+        check_dataset_cache(self, self._provider(), readers_per_rank=readers_per_rank,
+                            num_canonical_nodes=self._run_ncn)
         first = self.unique_world.node * self.unique_world.ranks_per_node
         parties = [_main_member(r) for r in range(first, first + self.unique_world.ranks_per_node)]
         if resume is not None:
@@ -437,7 +442,9 @@ class StreamingDataset:
         ids = plan.worker_ids(self.world.node, self.world.local_rank, worker)
         ids = ids[ids >= 0]
         async with EpochReader(node, self.sample_map, ids, self.resolved_predownload(batch_size),
-                               self.max_concurrency, self._shards, peek=self._remote_peek()) as reader:
+                               self.max_concurrency, self._shards, peek=self._remote_peek(),
+                               bounded=self.cache_limit is not None,
+                               window=batch_size or self.batch_size or 1) as reader:
             yield reader
 
     def _remote_peek(self) -> RemotePeek | None:
@@ -514,7 +521,8 @@ class StreamingDataset:
         array = self._check_indexes(ids)
         node = await self.node()
         async with EpochReader(node, self.sample_map, array, max(1, len(array)), self.max_concurrency,
-                               self._shards) as reader:
+                               self._shards, bounded=self.cache_limit is not None,
+                               window=max(1, len(array))) as reader:
             batches = [b async for b in reader.batches(max(1, len(array)), drop_last=False)]
         return batches[0] if batches else {}
 

@@ -4,30 +4,71 @@ The agent (one per node, see ``astream._coord``) owns one :class:`ShardEngine` p
 stream; ranks and workers ask it for shards by key ``"<stream>/<shard>"`` (numbers).
 The factory is picklable: it travels to the agent's process, which builds the
 engines there from the index files the dataset already put in the local caches.
+
+With a ``cache_limit`` the readers of the node also tell the agent their epoch's shard
+uses and how far they have come (:class:`~astream._cache.eviction.NodePlan`): room is
+made by evicting the shard next used farthest away, and the provider downloads ahead
+what the readers will need within their ``predownload`` window, evicting only shards
+needed later than the one it fetches. A reader's own request preempts such a prefetch
+when the cache is full.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from collections.abc import Sequence
+import time
+import warnings
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from astream._cache.engine import ShardEngine
+from astream._cache.eviction import NodePlan, min_cache_bytes
 from astream._coord.provider import StageCallback
 from astream._format.index import INDEX_NAME, Index
+from astream._sampling.defaults import resolve_shuffle_block_size
 from astream._storage.base import StorageOptions
 from astream._storage.executor import PriorityExecutor
 from astream._storage.registry import StoragePool
 from astream._storage.retry import RetryPolicy, Timeouts
-from astream.errors import ConfigError
+from astream.errors import CacheError, CacheWarning, ConfigError
 
-__all__ = ["CacheProvider", "CacheProviderFactory", "EngineSpec", "shard_key"]
+__all__ = [
+    "CacheProvider",
+    "CacheProviderFactory",
+    "EngineSpec",
+    "check_cache_room",
+    "check_dataset_cache",
+    "decode_use",
+    "encode_use",
+    "footprints",
+    "shard_key",
+    "warn_if_thrashing",
+]
+
+log = logging.getLogger("astream.cache")
+
+# A need that finds the cache full of pins, with nothing downloading and no pin released
+# for this long, can only be a consumer outside the sizing (a large get_batch beside the
+# iteration): it fails instead of waiting forever.
+STUCK_AFTER = 30.0
 
 
 def shard_key(stream: int, shard: int) -> str:
     """The agent's key of a shard."""
     return f"{stream}/{shard}"
+
+
+def encode_use(stream: int, shard: int) -> int:
+    """A shard as one int in a reader's plan message."""
+    return (stream << 32) | shard
+
+
+def decode_use(use: int) -> tuple[int, int]:
+    return use >> 32, use & 0xFFFFFFFF
 
 
 def parse_key(key: str) -> tuple[int, int]:
@@ -64,6 +105,9 @@ class CacheProviderFactory:
         return CacheProvider(self.streams, self.max_concurrency, self.pinned_at_once)
 
 
+Key = tuple[int, int]
+
+
 class CacheProvider:
     """One :class:`ShardEngine` per stream behind the agent's provider protocol.
 
@@ -78,6 +122,10 @@ class CacheProvider:
         self._engines: list[ShardEngine] = []
         self._pins: dict[str, int] = {}
         self._held: set[str] = set()
+        self._plan = NodePlan()  # (stream, shard) keys
+        self._prefetching: dict[Key, asyncio.Task[None]] = {}
+        self._pass: asyncio.Handle | None = None
+        self._released = time.monotonic()  # when a pin last went (for the stuck check)
         # Streams share HTTP sessions (one pool per distinct transfer settings) and one
         # thread pool for hashing, decompression and file writes.
         self._pools: dict[StorageOptions, StoragePool] = {}
@@ -118,10 +166,37 @@ class CacheProvider:
         engine, shard = self._engine(key)
         return engine.path(shard) if engine.is_ready(shard) else None
 
+    def _next_use(self, stream: int) -> Callable[[int], float] | None:
+        if not self._plan.readers:
+            return None
+        plan = self._plan
+        return lambda shard: plan.distance((stream, shard))
+
+    def _make_way(self, stream: int) -> bool:
+        """A reader's request finds no room: cancel the prefetch needed farthest away."""
+        mine = [k for k in self._prefetching if k[0] == stream]
+        if not mine:
+            return False
+        victim = max(mine, key=lambda k: (self._plan.distance(k), k))
+        self._drop_prefetch(victim)
+        return True
+
+    def _stuck(self) -> bool:
+        return time.monotonic() - self._released > STUCK_AFTER
+
     async def ensure(self, key: str, stage: StageCallback) -> str:
         engine, shard = self._engine(key)
+        stream = parse_key(key)[0]
         stage("download")
-        path = await engine.ensure(shard)  # pinned for us while we decide
+        await engine.reserve(shard, next_use=self._next_use(stream), make_way=lambda: self._make_way(stream),
+                             stuck=self._stuck if engine.cache.limit is not None else None)
+        try:
+            path = await engine.wait_ready(shard)  # pinned for us while we decide
+        except BaseException:
+            engine.unpin(shard)
+            raise
+        finally:
+            self._schedule_pass()
         if self._pins.get(key, 0) > 0 and key not in self._held:
             self._held.add(key)  # keep the engine pin on behalf of the node's pins
         else:
@@ -137,9 +212,81 @@ class CacheProvider:
                 self._held.add(key)
         else:
             self._pins.pop(key, None)
+            self._released = time.monotonic()
             if key in self._held:
                 self._held.discard(key)
                 engine.unpin(shard)
+            self._schedule_pass()
+
+    # -- the node's plan ------------------------------------------------------------------------
+    def on_plan(self, reader: str, uses: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                window: int) -> None:
+        """A reader's shard uses this epoch (encoded by :func:`encode_use`) and look-ahead."""
+        keys = [decode_use(u) for u in uses]
+        self._plan.add(reader, keys, starts, ends, window=window)
+        self._schedule_pass()
+
+    def append_plan(self, reader: str, uses: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> None:
+        self._plan.extend(reader, [decode_use(u) for u in uses], starts, ends)
+        self._schedule_pass()
+
+    def on_progress(self, reader: str, position: int) -> None:
+        """A reader consumed everything before ``position``."""
+        self._plan.advance(reader, position)
+        self._released = time.monotonic()
+        self._schedule_pass()
+
+    def on_reader_gone(self, reader: str) -> None:
+        self._plan.remove(reader)
+        self._schedule_pass()
+
+    def on_epoch(self, epoch: int) -> None:
+        for engine in self._engines:
+            engine.new_epoch()
+
+    def _schedule_pass(self) -> None:
+        if self._pass is None and self._plan.readers and self._engines:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to prefetch into
+                self._pass = asyncio.get_running_loop().call_soon(self._prefetch_pass)
+
+    def _prefetch_pass(self) -> None:
+        """Start downloads of what the readers need next, nearest first, while room can be
+        made from shards needed later (at most ``max_concurrency`` at once)."""
+        self._pass = None
+        for distance, key in self._plan.upcoming():
+            if len(self._prefetching) >= self._max_concurrency:
+                return
+            stream, shard = key  # type: ignore[misc]
+            if key in self._prefetching or not 0 <= stream < len(self._engines):
+                continue
+            engine = self._engines[stream]
+            if engine.cache.limit is None or not engine.is_absent(shard):
+                continue
+            next_use = self._next_use(stream)
+            assert next_use is not None
+            if not engine.try_reserve(shard, next_use, distance):
+                return  # farther shards would only have less to evict
+            self._prefetching[key] = asyncio.get_running_loop().create_task(self._prefetch(key))
+
+    async def _prefetch(self, key: Key) -> None:
+        stream, shard = key
+        engine = self._engines[stream]
+        try:
+            await engine.wait_ready(shard)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the reader's own request tries again and reports it
+            log.debug("astream: prefetch of shard %s failed: %s", key, exc)
+        finally:
+            if self._prefetching.pop(key, None) is not None:
+                engine.unpin(shard)
+            self._schedule_pass()
+
+    def _drop_prefetch(self, key: Key) -> None:
+        task = self._prefetching.pop(key, None)
+        if task is not None:
+            self._engines[key[0]].unpin(key[1])  # its last pin: the engine cancels the transfer
+            task.cancel()
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, Any] = {}
@@ -149,6 +296,11 @@ class CacheProvider:
         return totals
 
     async def aclose(self) -> None:
+        if self._pass is not None:
+            self._pass.cancel()
+            self._pass = None
+        for key in list(self._prefetching):
+            self._drop_prefetch(key)
         engines, self._engines = self._engines, []
         for engine in engines:
             await engine.aclose()
@@ -158,3 +310,94 @@ class CacheProvider:
         executor, self._executor = self._executor, None
         if executor is not None:
             executor.shutdown(wait=False)
+
+
+def footprints(index: Index, keep_zip: bool) -> list[int]:
+    """Bytes each shard of ``index`` takes in the cache once installed."""
+    out = []
+    for shard in index.shards:
+        total = 0
+        for raw, zipped in ((shard.raw_data, shard.zip_data), (shard.raw_meta, shard.zip_meta)):
+            if raw is not None:
+                total += raw.bytes
+                if zipped is not None and keep_zip:
+                    total += zipped.bytes
+        out.append(total)
+    return out
+
+
+def check_cache_room(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, readers: int, batch_size: int) -> None:
+    """Refuse a ``cache_limit`` that cannot hold one batch of every reader of the node at once.
+
+    Args:
+        indexes: each stream's index.
+        specs: each stream's engine settings (its share of ``cache_limit``).
+        readers: processes reading on this node at once (ranks × loader workers).
+        batch_size: samples each reads at once.
+
+    Raises:
+        CacheError: naming the limit, the minimum and where it comes from.
+    """
+    for stream, (index, spec) in enumerate(zip(indexes, specs, strict=True)):
+        if spec.cache_limit is None or spec.remote is None:
+            continue  # no limit, or the user's own files (never evicted)
+        sizes = footprints(index, spec.keep_zip)
+        need = min_cache_bytes(sizes, batch_size, readers)
+        if spec.cache_limit < need:
+            top = sorted(sizes, reverse=True)[: max(1, batch_size)]
+            where = f"stream {stream} ({spec.remote}) gets {spec.cache_limit} bytes of it" if len(specs) > 1 else \
+                f"cache_limit={spec.cache_limit} bytes"
+            raise CacheError(
+                f"{where}, but this node needs at least {need} bytes: {readers} reader(s) on the node "
+                f"(ranks x loader workers) each hold one batch of {batch_size} samples, which can span "
+                f"the {len(top)} largest shards ({sum(top)} bytes), plus one shard ({top[0]} bytes) for "
+                "random access; raise cache_limit, or lower batch_size, num_workers or the shard size"
+            )
+
+
+def warn_if_thrashing(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, shuffle: bool, shuffle_algo: str,
+                      block_size: int, blocks_at_once: int) -> None:
+    """Warn when the shuffle reads across far more bytes at once than the cache holds.
+
+    A shuffle draws each of ``blocks_at_once`` (canonical nodes of this node) stretches of
+    ``block_size`` samples in random order; while it is in one, everything in it is its
+    working set. Much wider than the cache, most reads are re-downloads.
+    """
+    if not shuffle:
+        return
+    for stream, (index, spec) in enumerate(zip(indexes, specs, strict=True)):
+        if spec.cache_limit is None or spec.remote is None or not index.shards:
+            continue
+        total = sum(footprints(index, spec.keep_zip))
+        samples = max(1, sum(s.samples for s in index.shards))
+        if shuffle_algo == "naive":
+            working = total
+        else:
+            working = min(total, blocks_at_once * block_size * total // samples)
+        if working > 2 * spec.cache_limit:
+            warnings.warn(
+                f"stream {stream}: the {shuffle_algo} shuffle reads across about {working} bytes at once "
+                f"({blocks_at_once} block(s) of {block_size} samples) but cache_limit gives it "
+                f"{spec.cache_limit} bytes: most reads will download a shard again. Use a smaller "
+                f"shuffle_block_size (about {max(1, block_size * spec.cache_limit // max(1, working))} would "
+                f"fit) or a larger cache_limit (about {working} bytes)",
+                CacheWarning, stacklevel=4,
+            )
+
+
+def check_dataset_cache(dataset: Any, factory: CacheProviderFactory, *, readers_per_rank: int,
+                        num_canonical_nodes: int) -> None:
+    """:func:`check_cache_room` and :func:`warn_if_thrashing` for a ``StreamingDataset``
+    about to begin an epoch (once per dataset for the warning)."""
+    if dataset.cache_limit is None:
+        return
+    world = dataset.unique_world
+    batch = dataset.batch_size or 1
+    check_cache_room(dataset.indexes, factory.streams, readers=world.ranks_per_node * max(1, readers_per_rank),
+                     batch_size=batch)
+    if not getattr(dataset, "_cache_warned", False):
+        dataset._cache_warned = True
+        block = resolve_shuffle_block_size(dataset.shuffle_block_size, num_canonical_nodes)
+        warn_if_thrashing(dataset.indexes, factory.streams, shuffle=dataset.shuffle,
+                          shuffle_algo=dataset.shuffle_algo, block_size=block,
+                          blocks_at_once=max(1, num_canonical_nodes // max(1, world.num_nodes)))

@@ -10,6 +10,12 @@ next batch needs, and releases each lease as soon as the sequence has passed its
 Until the first batch can come from the cache, a batch may instead be read from the
 remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
 
+With a bounded cache (``bounded=True``) a reader pins only what its current batch reads
+(a lease is one run of a shard, requested once the batch it starts in is next), so the
+node's readers can never hold more than one batch each; it tells the node agent its
+shard uses and its position instead, and the node downloads ahead and evicts by next
+use (:mod:`astream._dataset.provider`).
+
 Shards are read through read-only memory maps, and every page of a map that a read
 touched counts in the process's RSS until it is unmapped. The reader hands touched
 pages back (``MADV_DONTNEED``: the data stays in the page cache and a later read maps
@@ -24,7 +30,9 @@ import asyncio
 import contextlib
 import contextvars
 import heapq
+import itertools
 import mmap
+import os
 from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
@@ -36,7 +44,7 @@ from astream._arrays import group_positions, sorted_unique
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.provider import shard_key
+from astream._dataset.provider import encode_use, shard_key
 from astream._format.shard import ShardReader
 
 __all__ = ["EpochReader", "OpenShards", "batch_start", "leases_of"]
@@ -153,7 +161,12 @@ class EpochReader:
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
         peek: reads the records of shards still downloading from the remote (None: wait).
+        bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
+            time and report the plan and position to the node agent.
+        window: positions read at once (the batch size) when ``bounded``.
     """
+
+    _names = itertools.count()
 
     def __init__(
         self,
@@ -164,8 +177,14 @@ class EpochReader:
         max_concurrency: int,
         shards: OpenShards,
         peek: RemotePeek | None = None,
+        *,
+        bounded: bool = False,
+        window: int = 1,
     ) -> None:
         self._node = node
+        self._bounded = bounded
+        self._window = max(1, window)
+        self._name = f"{os.getpid()}.{next(EpochReader._names)}"
         self._peek = peek
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
@@ -175,7 +194,10 @@ class EpochReader:
         self.ids = ids
         self._shard, self._offset = smap.locate(ids)
         self._predownload = max(1, predownload)
-        self._lease_shard, self._lease_start, self._lease_end = leases_of(self._shard, self._predownload)
+        # Bounded: one lease per run, so no pin outlives the batch that reads it.
+        self._lease_shard, self._lease_start, self._lease_end = leases_of(
+            self._shard, 0 if bounded else self._predownload
+        )
         self._ready: list[asyncio.Future[str]] = []
         self._issued = 0  # leases requested so far
         self._needed = 0  # leases the consumer has waited for
@@ -196,8 +218,20 @@ class EpochReader:
     async def __aenter__(self) -> EpochReader:
         loop = asyncio.get_running_loop()
         self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
-        self._prefetch = loop.create_task(self._run_prefetch())
+        if not self._bounded:
+            self._prefetch = loop.create_task(self._run_prefetch())
         return self
+
+    async def _start(self) -> None:
+        """Bounded: report the plan and start requesting once iteration begins (a worker
+        told to skip batches pins nothing before it knows)."""
+        if self._prefetch is None and self._bounded:
+            stream, local = self._smap.shard_stream, self._smap.shard_local
+            uses = [encode_use(int(stream[g]), int(local[g])) for g in self._lease_shard.tolist()]
+            await self._node.report_plan(self._name, uses, self._lease_start.tolist(), self._lease_end.tolist(),
+                                         window=self._predownload)
+            self._node.report_progress(self._name, self._consumed)
+            self._prefetch = asyncio.get_running_loop().create_task(self._run_prefetch())
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -213,6 +247,8 @@ class EpochReader:
             for lease in sorted(self._held):
                 await self._node.unpin(self._key(lease))
             self._held.clear()
+            if self._bounded:
+                self._node.report_done(self._name)
             if self._peek is not None:
                 await self._peek.aclose()
         finally:  # also when this close is cancelled itself (a loop shutting down)
@@ -232,7 +268,8 @@ class EpochReader:
         loop = asyncio.get_running_loop()
         while self._issued < total:
             lease = self._issued
-            while starts[lease] > self._consumed + self._predownload:
+            # Bounded: only leases that start in the batch about to be read.
+            while starts[lease] > self._consumed + (self._window - 1 if self._bounded else self._predownload):
                 self._progress.clear()
                 await self._progress.wait()
             if self._lease_end[lease] < self._consumed:
@@ -352,6 +389,8 @@ class EpochReader:
         """The consumer finished everything before ``position``: release passed leases."""
         self._consumed = position
         self._progress.set()
+        if self._bounded:
+            self._node.report_progress(self._name, position)
         while self._releases and self._releases[0][0] < position:
             _, lease = heapq.heappop(self._releases)
             self._held.discard(lease)
@@ -388,6 +427,7 @@ class EpochReader:
         """
         n = len(self.ids)
         self._predownload = max(self._predownload, batch_size)  # a batch must fit the look-ahead
+        self._window = batch_size
         stop_at = n - n % batch_size if drop_last else n
         first = 0
         hook = batch_start.get()
@@ -398,6 +438,7 @@ class EpochReader:
                 return
             if first:
                 await self._advance(min(first * batch_size, n))
+        await self._start()
         for a in range(first * batch_size, stop_at, batch_size):
             b = min(a + batch_size, n)
             peeked = await self._fetch(a, b)
@@ -409,7 +450,10 @@ class EpochReader:
     async def chunks(self, chunk: int = 64) -> AsyncIterator[list[dict[str, Any]]]:
         """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
         n = len(self.ids)
+        if self._bounded:
+            chunk = min(chunk, self._window)
         self._predownload = max(self._predownload, chunk)
+        await self._start()
         # The first sample leaves alone, then chunks double up to ``chunk``: the caller's
         # first sample does not wait for 63 more to be decoded.
         a, size = 0, 1
@@ -424,7 +468,10 @@ class EpochReader:
     async def samples(self, chunk: int = 64) -> AsyncIterator[dict[str, Any]]:
         """Yield the sequence one sample at a time."""
         n = len(self.ids)
+        if self._bounded:
+            chunk = min(chunk, self._window)
         self._predownload = max(self._predownload, chunk)
+        await self._start()
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
             peeked = await self._fetch(a, b)
