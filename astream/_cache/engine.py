@@ -295,6 +295,10 @@ class ShardEngine:
             raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
         entry = self.cache.entries[i]
         need = self.cache.footprint(i)
+        # A transfer cancelled (its last pin went) but not yet wound up cannot be joined:
+        # wait until it has released its bytes, then start afresh.
+        while (task := self._cancelling(i)) is not None:
+            await asyncio.wait([task])
         while entry.state is State.ABSENT:
             if self._start_install(i, next_use, None):
                 break
@@ -320,6 +324,10 @@ class ShardEngine:
         self.cache.pin(i)
         self._wake()
 
+    def _cancelling(self, i: int) -> asyncio.Task[None] | None:
+        task = self._tasks.get(i)
+        return task if task is not None and not task.done() and task.cancelling() else None
+
     def _start_install(self, i: int, next_use: Callable[[int], float] | None, beyond: float | None) -> bool:
         """Make room for absent shard ``i`` and start installing it; False if no room."""
         victims = self.cache.make_room(self.cache.footprint(i), next_use, beyond)
@@ -342,6 +350,8 @@ class ShardEngine:
         if not self._started or self._closed:
             raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
         entry = self.cache.entries[i]
+        if self._cancelling(i) is not None:
+            return False
         if entry.state is State.ABSENT:
             if not self._start_install(i, next_use, beyond):
                 return False

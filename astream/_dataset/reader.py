@@ -185,10 +185,12 @@ class EpochReader:
         self._bounded = bounded
         self._window = max(1, window)
         self._name = f"{os.getpid()}.{next(EpochReader._names)}"
-        self._peek = peek
+        # Bounded: no reading ahead by range, whose batches pass leases still in flight
+        # (their pins would outlive the batch).
+        self._peek = None if bounded else peek
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
-        self._reading_ahead = peek is not None
+        self._reading_ahead = self._peek is not None
         self._smap = smap
         self._shards = shards
         self.ids = ids
