@@ -198,7 +198,7 @@ class ShardCache:
         entry.state, entry.size, entry.verified, entry.suspect = State.ABSENT, 0, False, False
 
     def make_room(
-        self, need: int, next_use: Callable[[int], float] | None = None, beyond: float | None = None
+        self, need: int, next_use: Callable[[int], float] | None = None, soon: Callable[[int], bool] | None = None
     ) -> list[int] | None:
         """Evict unpinned shards until ``need`` more bytes fit; None if they cannot.
 
@@ -206,7 +206,7 @@ class ShardCache:
             need: bytes about to be reserved.
             next_use: positions until the node next reads a shard (the plan's look-ahead);
                 None: evict the least recently used first.
-            beyond: only evict shards next used farther away than this (a prefetch).
+            soon: shards a prefetch may not evict (read before the one it fetches).
         """
         if self.local_only:
             return []
@@ -214,11 +214,11 @@ class ShardCache:
             return []
         candidates = [
             Candidate(i, e.size, e.last_used, pinned=e.pins > 0,
-                      next_use=None if next_use is None else next_use(i))
+                      next_use=None if next_use is None else next_use(i), soon=soon is not None and soon(i))
             for i, e in enumerate(self.entries)
             if e.state is State.READY
         ]
-        victims = choose_victims(candidates, self.used, need, self.limit, beyond=beyond)
+        victims = choose_victims(candidates, self.used, need, self.limit)
         for i in victims or ():
             self.delete_files(i)
             self.forget(i)

@@ -328,9 +328,11 @@ class ShardEngine:
         task = self._tasks.get(i)
         return task if task is not None and not task.done() and task.cancelling() else None
 
-    def _start_install(self, i: int, next_use: Callable[[int], float] | None, beyond: float | None) -> bool:
+    def _start_install(
+        self, i: int, next_use: Callable[[int], float] | None, soon: Callable[[int], bool] | None
+    ) -> bool:
         """Make room for absent shard ``i`` and start installing it; False if no room."""
-        victims = self.cache.make_room(self.cache.footprint(i), next_use, beyond)
+        victims = self.cache.make_room(self.cache.footprint(i), next_use, soon)
         if victims is None:
             return False
         self.stats.evictions += len(victims)
@@ -341,11 +343,12 @@ class ShardEngine:
         )
         return True
 
-    def try_reserve(self, i: int, next_use: Callable[[int], float], beyond: float) -> bool:
+    def try_reserve(self, i: int, next_use: Callable[[int], float], soon: Callable[[int], bool]) -> bool:
         """Pin shard ``i`` and start installing it if room can be made now, never waiting.
 
-        For a prefetch of a shard needed ``beyond`` positions away: it only evicts shards
-        needed later than that. Returns False (nothing pinned) where there is no such room.
+        For a prefetch: ``next_use`` ranks the residents as they will stand when ``i`` is
+        read, and the ``soon`` ones (read before ``i``) may not go. Returns False (nothing
+        pinned) where there is no such room.
         """
         if not self._started or self._closed:
             raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
@@ -353,7 +356,7 @@ class ShardEngine:
         if self._cancelling(i) is not None:
             return False
         if entry.state is State.ABSENT:
-            if not self._start_install(i, next_use, beyond):
+            if not self._start_install(i, next_use, soon):
                 return False
             self.stats.prefetches += 1
         self.cache.pin(i)

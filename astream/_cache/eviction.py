@@ -6,8 +6,10 @@ Two choices, both here so they can be tested without a cache:
   recently used first; with one, the shard whose next use on the node is farthest
   (never used again first: Belady's choice, made with the look-ahead the epoch plan gives).
   Never a pinned shard (being read) and never one that is not ours to delete (its only
-  copy is local). A prefetch passes ``beyond``: it may only evict shards needed later
-  than the one it fetches, so reading ahead never costs a shard that is read sooner.
+  copy is local). A prefetch of a shard read ``d`` positions ahead ranks the residents by
+  their next use after ``d`` and marks those read before ``d`` as ``soon``: if the shard
+  Belady would drop at ``d`` is read before then, there is no room *yet* (conservative
+  prefetching: the prefetch costs no transfer Belady would not make).
 - :class:`NodePlan` — the node's readers' shard uses (runs of positions per reader) and
   where each reader is; it answers "how far away is the next use of this shard?".
 
@@ -58,11 +60,10 @@ class Candidate:
     pinned: bool = False
     evictable: bool = True
     next_use: float | None = None
+    soon: bool = False  # read before the shard a prefetch fetches: it may not go for it
 
 
-def choose_victims(
-    candidates: Iterable[Candidate], used: int, need: int, limit: int | None, *, beyond: float | None = None
-) -> list[int] | None:
+def choose_victims(candidates: Iterable[Candidate], used: int, need: int, limit: int | None) -> list[int] | None:
     """Pick shards to evict so that ``used - freed + need <= limit``.
 
     Args:
@@ -70,13 +71,12 @@ def choose_victims(
         used: bytes the cache holds now (resident plus reserved).
         need: bytes about to be added.
         limit: the cache limit, or None for no limit.
-        beyond: only evict shards whose ``next_use`` is greater (a prefetch of a shard
-            needed that far away); None: any unpinned shard.
 
     Returns:
         Keys to evict in order — farthest next use first where known (ties by key), else
         least recently used first — empty if nothing needs to go, or None if evicting
-        every allowed shard would not make enough room.
+        every allowed shard would not make enough room, or if one that would have to go
+        is ``soon``.
     """
     if limit is None or used + need <= limit:
         return []
@@ -89,9 +89,9 @@ def choose_victims(
         return (-c.next_use, 0, c.key)
 
     for cand in sorted(candidates, key=order):
+        if cand.soon:
+            return None  # Belady would drop this one, but not before it is read (pinned: now)
         if cand.pinned or not cand.evictable or cand.size <= 0:
-            continue
-        if beyond is not None and (cand.next_use is None or cand.next_use <= beyond):
             continue
         victims.append(cand.key)
         excess -= cand.size
@@ -163,17 +163,25 @@ class NodePlan:
         if r is not None:
             r.position = max(r.position, position)
 
-    def distance(self, key: Hashable) -> float:
-        """Positions until the node next reads ``key`` (0: now), ``inf`` if never this epoch."""
+    def distance(self, key: Hashable, after: float = 0) -> float:
+        """Positions until the node next reads ``key`` (0: now), ``inf`` if never this epoch.
+
+        With ``after``: its first read at least ``after`` positions from now (how Belady
+        would rank it when a shard read that far ahead comes in).
+        """
         best = NEVER
+        skip = 0 if after == NEVER else int(math.ceil(after))
+        if after == NEVER:
+            return NEVER
         for r in self.readers.values():
             runs = r.runs.get(key)
             if runs is None:
                 continue
             starts, ends = runs
-            j = bisect.bisect_left(ends, r.position)
+            at = r.position + skip
+            j = bisect.bisect_left(ends, at)
             if j < len(ends):
-                d = max(starts[j], r.position) - r.position
+                d = max(starts[j], at) - r.position
                 if d < best:
                     best = d
         return best
@@ -252,7 +260,7 @@ def simulate(
         The transfers, evictions and peak. Readers advance in lockstep, one batch each in
         turn; each batch's missing shards are fetched in order of first use, evicting the
         farthest-next-use unpinned shard; then each reader's window is prefetched, nearest
-        first, while room can be made from shards needed later than the one fetched.
+        first, while the shards Belady would drop when each is read are not read before.
     """
     plan = NodePlan()
     for r, order in enumerate(orders):
@@ -263,10 +271,11 @@ def simulate(
     downloads = evictions = got = 0
     peak = used
 
-    def fetch(key: int, pinned: set[int], beyond: float | None) -> bool:
+    def fetch(key: int, pinned: set[int], ahead: float | None) -> bool:
         nonlocal used, downloads, evictions, got, peak
-        cands = [Candidate(k, sizes[k], 0, pinned=k in pinned, next_use=plan.distance(k)) for k in sorted(held)]
-        victims = choose_victims(cands, used, sizes[key], limit, beyond=beyond)
+        cands = [Candidate(k, sizes[k], 0, pinned=k in pinned, next_use=plan.distance(k, ahead or 0),
+                           soon=ahead is not None and plan.distance(k) < ahead) for k in sorted(held)]
+        victims = choose_victims(cands, used, sizes[key], limit)
         if victims is None:
             return False
         for v in victims:

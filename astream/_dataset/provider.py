@@ -262,9 +262,15 @@ class CacheProvider:
             engine = self._engines[stream]
             if engine.cache.limit is None or not engine.is_absent(shard):
                 continue
-            next_use = self._next_use(stream)
-            assert next_use is not None
-            if not engine.try_reserve(shard, next_use, distance):
+            plan = self._plan
+
+            def next_use(i: int, stream: int = stream, d: float = distance) -> float:
+                return plan.distance((stream, i), d)
+
+            def soon(i: int, stream: int = stream, d: float = distance) -> bool:
+                return plan.distance((stream, i)) < d
+
+            if not engine.try_reserve(shard, next_use, soon):
                 return  # farther shards would only have less to evict
             self._prefetching[key] = asyncio.get_running_loop().create_task(self._prefetch(key))
 
