@@ -338,9 +338,17 @@ class ShardEngine:
         self.stats.evictions += len(victims)
         self.cache.begin(i)
         self.stats.misses += 1
-        self._tasks[i] = asyncio.get_running_loop().create_task(
-            self._install(i, verify=False, priority=next(self._order))
-        )
+        task = asyncio.get_running_loop().create_task(self._install(i, verify=False, priority=next(self._order)))
+        self._tasks[i] = task
+
+        def settled(task: asyncio.Task[None]) -> None:
+            # Cancelled before it ever ran (its last pin went at once), the install's own
+            # clean-up never started: release the bytes reserved for it here.
+            if task.cancelled() and self._tasks.get(i) is task and self.cache.entries[i].state is State.BUSY:
+                self.cache.forget(i)
+                self._wake()
+
+        task.add_done_callback(settled)
         return True
 
     def try_reserve(self, i: int, next_use: Callable[[int], float], soon: Callable[[int], bool]) -> bool:

@@ -299,6 +299,8 @@ class CacheProvider:
         for engine in self._engines:
             for name, value in engine.stats.snapshot().items():
                 totals[name] = totals.get(name, 0) + value
+        totals["plan_readers"] = len(self._plan.readers)
+        totals["prefetching"] = len(self._prefetching)
         return totals
 
     async def aclose(self) -> None:
