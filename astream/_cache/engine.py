@@ -120,6 +120,7 @@ class ShardEngine:
         self._fsync = fsync
         self._sync = BackgroundSync(self.cache.root) if fsync else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._cancelled: dict[int, asyncio.Task[None]] = {}  # transfers cancelled, maybe not yet done
         self._fetched_before: set[int] = set()  # shards this engine downloaded (re-downloads count)
         self._first_done = False  # a transfer of this engine has succeeded
         self._change: asyncio.Event | None = None
@@ -247,6 +248,8 @@ class ShardEngine:
                     del self._tasks[i]
                 else:
                     task.cancel()
+                    self._cancelled[i] = task
+                    self.stats.cancelled += 1
         self._wake()
 
     def _wake(self) -> None:
@@ -325,8 +328,12 @@ class ShardEngine:
         self._wake()
 
     def _cancelling(self, i: int) -> asyncio.Task[None] | None:
-        task = self._tasks.get(i)
-        return task if task is not None and not task.done() and task.cancelling() else None
+        """The transfer of shard ``i`` if it was cancelled and is still winding up."""
+        task = self._cancelled.get(i)
+        if task is None or task.done() or self._tasks.get(i) is not task:
+            self._cancelled.pop(i, None)
+            return None
+        return task
 
     def _start_install(
         self, i: int, next_use: Callable[[int], float] | None, soon: Callable[[int], bool] | None

@@ -27,6 +27,7 @@ import bisect
 import math
 from collections.abc import Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 import numpy as np
 import numpy.typing as npt
@@ -170,9 +171,9 @@ class NodePlan:
         would rank it when a shard read that far ahead comes in).
         """
         best = NEVER
-        skip = 0 if after == NEVER else int(math.ceil(after))
         if after == NEVER:
             return NEVER
+        skip = math.ceil(after)
         for r in self.readers.values():
             runs = r.runs.get(key)
             if runs is None:
@@ -204,7 +205,7 @@ class NodePlan:
 def _sort_key(key: Hashable) -> tuple[int, ...]:
     if isinstance(key, tuple):
         return tuple(int(k) for k in key)
-    return (int(key),)  # type: ignore[call-overload]
+    return (cast(int, key),)
 
 
 @dataclass(frozen=True)
@@ -294,17 +295,17 @@ def simulate(
         for r in range(len(orders)):
             plan.advance(r, t * batch_size)
         pinned: set[int] = set()
-        for r, order in enumerate(orders):
+        for order in orders:
             batch = _batches(np.asarray(order, np.int64), batch_size, t)
             pinned.update(int(k) for k in batch)
-        for r, order in enumerate(orders):
+        for order in orders:
             batch = _batches(np.asarray(order, np.int64), batch_size, t)
             for key in dict.fromkeys(int(k) for k in batch):
                 if key not in held and not fetch(key, pinned, None):
                     raise ValueError(f"limit {limit} cannot hold step {t}'s batches (pinned {sorted(pinned)})")
         if predownload > batch_size:
-            for d, key in plan.upcoming(predownload):
-                k = int(key)  # type: ignore[call-overload]
+            for d, upcoming in plan.upcoming(predownload):
+                k = cast(int, upcoming)
                 if k not in held and not fetch(k, pinned, d):
                     break
     return SimResult(downloads, got, evictions, peak)
@@ -323,8 +324,7 @@ def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: i
     sequence: list[tuple[int, int]] = []  # (step, key)
     for t in range(steps):
         for order in arrays:
-            for key in dict.fromkeys(int(k) for k in _batches(order, batch_size, t)):
-                sequence.append((t, key))
+            sequence.extend((t, key) for key in dict.fromkeys(int(k) for k in _batches(order, batch_size, t)))
     positions: dict[int, list[int]] = {}
     for i, (_, key) in enumerate(sequence):
         positions.setdefault(key, []).append(i)

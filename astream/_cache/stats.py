@@ -23,6 +23,8 @@ class CacheStats:
         evictions: shards removed to stay under ``cache_limit``.
         redownloads: downloads of a shard this engine had downloaded before (and evicted).
         epoch_bytes_downloaded: bytes received since the node's current epoch began.
+        cancelled: transfers cancelled on the way (their last pin went: a reader moved
+            on, or the node dropped a prefetch to make room for a reader's request).
         prefetches: downloads started ahead of any reader asking (the node's plan said so).
         peak_cache_bytes: the most ``cache_bytes`` ever held or reserved.
         retries: transfer attempts retried (any cause).
@@ -42,6 +44,7 @@ class CacheStats:
     redownloads: int = 0
     epoch_bytes_downloaded: int = 0
     prefetches: int = 0
+    cancelled: int = 0
     peak_cache_bytes: int = 0
     retries: int = 0
     throttled: int = 0

@@ -23,7 +23,7 @@ import time
 import warnings
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 from astream._cache.engine import ShardEngine
 from astream._cache.eviction import NodePlan, min_cache_bytes
@@ -253,17 +253,17 @@ class CacheProvider:
         """Start downloads of what the readers need next, nearest first, while room can be
         made from shards needed later (at most ``max_concurrency`` at once)."""
         self._pass = None
-        for distance, key in self._plan.upcoming():
+        plan = self._plan
+        for distance, upcoming in plan.upcoming():
             if len(self._prefetching) >= self._max_concurrency:
                 return
-            stream, shard = key  # type: ignore[misc]
+            key = cast(Key, upcoming)
+            stream, shard = key
             if key in self._prefetching or not 0 <= stream < len(self._engines):
                 continue
             engine = self._engines[stream]
             if engine.cache.limit is None or not engine.is_absent(shard):
                 continue
-            plan = self._plan
-
             def next_use(i: int, stream: int = stream, d: float = distance) -> float:
                 return plan.distance((stream, i), d)
 

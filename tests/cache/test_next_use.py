@@ -88,11 +88,14 @@ def test_no_limit_at_or_above_the_minimum_gets_stuck_and_none_is_exceeded(
     limit = min_cache_bytes(sizes, batch, len(orders)) + extra * 10
     sim = simulate(orders, sizes, limit, batch_size=batch, predownload=batch * (1 + ahead))
     opt = offline_optimum(orders, sizes, limit, batch_size=batch)
-    assert sim.peak <= limit and opt.peak <= limit
+    assert sim.peak <= limit
+    assert opt.peak <= limit
     used = {int(k) for o in orders for k in o}
-    assert sim.downloads >= len(used) and opt.downloads >= len(used)
+    assert sim.downloads >= len(used)
+    assert opt.downloads >= len(used)
     # every transfer beyond the first of each shard was made room for by an eviction
-    assert sim.evictions >= sim.downloads - len(used) and opt.evictions >= opt.downloads - len(used)
+    assert sim.evictions >= sim.downloads - len(used)
+    assert opt.evictions >= opt.downloads - len(used)
 
 
 @given(
@@ -117,7 +120,8 @@ def test_a_cache_holding_everything_downloads_each_shard_once() -> None:
     orders = _world_orders("py1e", 2, 2, 4, None)
     sizes = [100] * 31
     sim = simulate(orders, sizes, sum(sizes), batch_size=4, predownload=32)
-    assert sim.downloads == len({int(k) for o in orders for k in o}) and sim.evictions == 0
+    assert sim.downloads == len({int(k) for o in orders for k in o})
+    assert sim.evictions == 0
 
 
 def test_below_the_minimum_the_simulation_cannot_hold_a_step() -> None:

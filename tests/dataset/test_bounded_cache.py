@@ -9,6 +9,7 @@ shard downloads is what the pure simulation of the policy predicts
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import subprocess
@@ -17,7 +18,6 @@ import threading
 import time
 import warnings
 from collections.abc import Iterator
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
@@ -67,10 +67,8 @@ class DiskWatch:
             for dirpath, _, names in os.walk(self.folder):
                 for name in names:
                     if name.startswith("shard."):
-                        try:
+                        with contextlib.suppress(FileNotFoundError):
                             total += os.stat(os.path.join(dirpath, name)).st_size
-                        except FileNotFoundError:
-                            pass
             self.peak = max(self.peak, total)
             self.samples += 1
             time.sleep(0.001)
@@ -127,7 +125,8 @@ def test_issue_14_repro_finishes(tmp_path: Path) -> None:
             ids = [int(i) for batch in Loader(ds) for i in batch["id"]]
         ds.close()
     assert sorted(ids) == list(range(200))
-    assert sum(sizes) > 100_000 and downloads(server) > len(sizes)  # it did evict and fetch again
+    assert sum(sizes) > 100_000
+    assert downloads(server) > len(sizes)  # it did evict and fetch again
 
 
 CASES = [(algo, "1x") for algo in ("py1e", "py1s", "py1b", "py1br", "py2s", "naive")]
@@ -154,12 +153,13 @@ def test_one_reader_downloads_what_the_simulation_predicts(
     stats = portal().call(agent_stats(ds))
     ds.close()
     assert ids == order_of(ds)
-    assert disk.samples > 0 and disk.peak <= limit
+    assert disk.samples > 0
+    assert disk.peak <= limit
     sim = simulate(shards_of(ds, 1, 1), sizes, limit, batch_size=BATCH, predownload=BATCH)
     got = downloads(server, before)
     assert got == sim.downloads == stats["shards_downloaded"]
     assert stats["evictions"] == sim.evictions
-    assert stats["redownloads"] == got - len(set(ids) and {int(s) for s in shards_of(ds, 1, 1)[0]})
+    assert stats["redownloads"] == got - len({int(s) for s in shards_of(ds, 1, 1)[0]})
     assert stats["peak_cache_bytes"] <= limit
 
 
@@ -181,7 +181,8 @@ def test_prefetching_ahead_stays_near_the_offline_optimum(tmp_path: Path, remote
     assert ids == order_of(ds)
     assert disk.peak <= limit
     opt = offline_optimum(shards_of(ds, 1, 1), sizes, limit, batch_size=BATCH)
-    assert opt.downloads <= downloads(server, before) <= 1.1 * opt.downloads
+    got = downloads(server, before)
+    assert opt.downloads <= got <= 1.1 * opt.downloads
 
 
 @pytest.mark.filterwarnings("ignore::astream.errors.CacheWarning")
@@ -321,7 +322,8 @@ def test_ranks_and_workers_processes_share_one_limit(
     stats = results[0]["stats"]["provider"]
     assert stats["peak_cache_bytes"] <= limit
     got = downloads(server, before)
-    assert got == stats["shards_downloaded"]
+    # a transfer cancelled on the way (a prefetch dropped for a reader's request) was asked for
+    assert stats["shards_downloaded"] <= got <= stats["shards_downloaded"] + stats["cancelled"]
     # ranks run concurrently, so transfers are not those of the lockstep simulation exactly
     sim = simulate(shards_of(probe, w, ranks), sizes, limit, batch_size=BATCH, predownload=8 * BATCH)
     assert got <= 1.5 * sim.downloads, (got, sim.downloads)
