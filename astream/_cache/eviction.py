@@ -119,6 +119,19 @@ class _Reader:
     length: int
     window: int
     position: int = 0
+    # All runs in order (they do not overlap): what lies ahead is a bisect and a short walk.
+    starts: list[int] = field(default_factory=list)
+    ends: list[int] = field(default_factory=list)
+    keys: list[Hashable] = field(default_factory=list)
+
+    def append(self, key: Hashable, start: int, end: int) -> None:
+        s, e = self.runs.setdefault(key, ([], []))
+        s.append(start)
+        e.append(end)
+        self.starts.append(start)
+        self.ends.append(end)
+        self.keys.append(key)
+        self.length = max(self.length, end + 1)
 
 
 @dataclass
@@ -136,13 +149,9 @@ class NodePlan:
             *, window: int = 0, position: int = 0) -> None:
         """Register (or replace) ``reader``: it uses ``keys[j]`` at positions ``starts[j]..ends[j]``
         and wants what it reads within ``window`` positions of where it is downloaded ahead."""
-        runs: dict[Hashable, tuple[list[int], list[int]]] = {}
-        for key, a, b in sorted(zip(keys, starts, ends, strict=True), key=lambda r: r[1]):
-            s, e = runs.setdefault(key, ([], []))
-            s.append(int(a))
-            e.append(int(b))
-        length = int(max(ends, default=-1)) + 1
-        self.readers[reader] = _Reader(runs, length, window, position)
+        r = self.readers[reader] = _Reader({}, 0, window, position)
+        for key, a, b in sorted(zip(keys, starts, ends, strict=True), key=lambda u: u[1]):
+            r.append(key, int(a), int(b))
 
     def extend(self, reader: Hashable, keys: Sequence[Hashable], starts: Sequence[int], ends: Sequence[int]) -> None:
         """More uses of ``reader``, all starting after those it has (its plan in parts)."""
@@ -150,10 +159,7 @@ class NodePlan:
         if r is None:
             return
         for key, a, b in sorted(zip(keys, starts, ends, strict=True), key=lambda u: u[1]):
-            s, e = r.runs.setdefault(key, ([], []))
-            s.append(int(a))
-            e.append(int(b))
-            r.length = max(r.length, int(b) + 1)
+            r.append(key, int(a), int(b))
 
     def remove(self, reader: Hashable) -> None:
         self.readers.pop(reader, None)
@@ -193,12 +199,13 @@ class NodePlan:
         best: dict[Hashable, float] = {}
         for r in self.readers.values():
             lo, hi = r.position, r.position + (r.window if window is None else window)
-            for key, (starts, ends) in r.runs.items():
-                j = bisect.bisect_left(ends, lo)
-                if j < len(ends) and starts[j] < hi:
-                    d = max(starts[j], lo) - lo
-                    if d < best.get(key, NEVER):
-                        best[key] = d
+            j = bisect.bisect_left(r.ends, lo)
+            while j < len(r.starts) and r.starts[j] < hi:
+                key = r.keys[j]
+                d = max(r.starts[j], lo) - lo
+                if d < best.get(key, NEVER):
+                    best[key] = d
+                j += 1
         return sorted(((d, k) for k, d in best.items()), key=lambda x: (x[0], _sort_key(x[1])))
 
 

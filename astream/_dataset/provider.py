@@ -25,6 +25,9 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, cast
 
+import numpy as np
+import numpy.typing as npt
+
 from astream._cache.engine import ShardEngine
 from astream._cache.eviction import NodePlan, min_cache_bytes
 from astream._coord.provider import StageCallback
@@ -44,6 +47,7 @@ __all__ = [
     "check_dataset_cache",
     "decode_use",
     "encode_use",
+    "encode_uses",
     "footprints",
     "shard_key",
     "warn_if_thrashing",
@@ -65,6 +69,11 @@ def shard_key(stream: int, shard: int) -> str:
 def encode_use(stream: int, shard: int) -> int:
     """A shard as one int in a reader's plan message."""
     return (stream << 32) | shard
+
+
+def encode_uses(streams: npt.NDArray[np.int64], shards: npt.NDArray[np.int64]) -> list[int]:
+    """:func:`encode_use` of many (a reader's plan), vectorised."""
+    return ((streams.astype(np.int64) << 32) | shards.astype(np.int64)).tolist()  # type: ignore[no-any-return]
 
 
 def decode_use(use: int) -> tuple[int, int]:

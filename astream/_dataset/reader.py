@@ -44,7 +44,7 @@ from astream._arrays import group_positions, sorted_unique
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.provider import encode_use, shard_key
+from astream._dataset.provider import encode_uses, shard_key
 from astream._format.shard import ShardReader
 
 __all__ = ["EpochReader", "OpenShards", "batch_start", "leases_of"]
@@ -228,8 +228,9 @@ class EpochReader:
         """Bounded: report the plan and start requesting once iteration begins (a worker
         told to skip batches pins nothing before it knows)."""
         if self._prefetch is None and self._bounded:
-            stream, local = self._smap.shard_stream, self._smap.shard_local
-            uses = [encode_use(int(stream[g]), int(local[g])) for g in self._lease_shard.tolist()]
+            shards = self._lease_shard
+            uses = encode_uses(np.asarray(self._smap.shard_stream, np.int64)[shards],
+                               np.asarray(self._smap.shard_local, np.int64)[shards])
             await self._node.report_plan(self._name, uses, self._lease_start.tolist(), self._lease_end.tolist(),
                                          window=self._predownload)
             self._node.report_progress(self._name, self._consumed)
