@@ -26,6 +26,7 @@ import pytest
 from astream import Loader, MDSWriter, StreamingDataset
 from astream._cache.eviction import min_cache_bytes, offline_optimum, simulate
 from astream._coord.world import World
+from astream._dataset.runtime import portal
 from astream.errors import CacheError, CacheWarning
 from astream.testing import LoopbackServer
 
@@ -148,8 +149,6 @@ def test_one_reader_downloads_what_the_simulation_predicts(
     before = len(server.log)
     with DiskWatch(tmp_path / "cache") as disk:
         ids = [int(i) for batch in Loader(ds) for i in batch["id"]]
-    from astream._dataset.runtime import portal
-
     stats = portal().call(agent_stats(ds))
     ds.close()
     assert ids == order_of(ds)
@@ -159,6 +158,7 @@ def test_one_reader_downloads_what_the_simulation_predicts(
     got = downloads(server, before)
     assert got == sim.downloads == stats["shards_downloaded"]
     assert stats["evictions"] == sim.evictions
+    assert stats["epoch_bytes_downloaded"] == sim.bytes_downloaded  # uncompressed shards: bytes = sizes
     assert stats["redownloads"] == got - len({int(s) for s in shards_of(ds, 1, 1)[0]})
     assert stats["peak_cache_bytes"] <= limit
 
