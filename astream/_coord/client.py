@@ -33,8 +33,9 @@ from astream._coord.launch import start_agent
 from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
 from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
+from astream._coord.reports import PlanReports
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
-from astream._coord.wire import MAX_KEYS, MAX_USES
+from astream._coord.wire import MAX_KEYS
 from astream._coord.world import World
 from astream._storage.loop import within
 from astream.errors import BarrierTimeout, CoordinationError, UsageError
@@ -45,7 +46,7 @@ _MAX_REELECTIONS = 5
 log = logging.getLogger("astream.coord")
 
 
-class AsyncNodeClient:
+class AsyncNodeClient(PlanReports):
     """A process's membership of its node: ensure, pins, barriers, epoch.
 
     Args:
@@ -73,6 +74,8 @@ class AsyncNodeClient:
         self._lock: asyncio.Lock | None = None
         self._pins: Counter[str] = Counter()  # this client's pins per key
         self._paths: dict[str, str] = {}  # local paths of the keys it holds pinned
+        self._plans: dict[str, tuple[list[int], list[int], list[int], int]] = {}  # see PlanReports
+        self._positions: dict[str, int] = {}
         self._epoch_hint: int | None = None
         self._closed = False
         self._opened = False
@@ -189,33 +192,6 @@ class AsyncNodeClient:
         link = await self._connected()
         for start in range(0, len(keys), MAX_KEYS):
             link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS])})
-
-    async def report_plan(self, reader: str, uses: Sequence[int], starts: Sequence[int], ends: Sequence[int],
-                          window: int) -> None:
-        """Tell the node a reader's shard uses this epoch (one-way; for eviction by next use).
-
-        Args:
-            reader: the reader's name, unique within this client.
-            uses: the shard of each run (as the provider encodes it), sorted by start.
-            starts, ends: the positions (in the reader's sequence) each run covers.
-            window: how far ahead of its position the reader wants shards downloaded.
-        """
-        link = await self._connected()
-        step = MAX_USES
-        for part in range(0, max(1, len(uses)), step):
-            link.notify({"op": "plan", "reader": reader, "uses": list(uses[part : part + step]),
-                         "starts": list(starts[part : part + step]), "ends": list(ends[part : part + step]),
-                         "window": window, "first": part == 0})
-
-    def report_progress(self, reader: str, position: int) -> None:
-        """The reader consumed everything before ``position`` (one-way, no round trip)."""
-        if self._link is not None and not self._link.lost:
-            self._link.notify({"op": "progress", "reader": reader, "position": position})
-
-    def report_done(self, reader: str) -> None:
-        """The reader is closed: forget its plan (one-way)."""
-        if self._link is not None and not self._link.lost:
-            self._link.notify({"op": "reader_done", "reader": reader})
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
@@ -412,6 +388,8 @@ class AsyncNodeClient:
             raise
         self.agent_pid = answer["agent_pid"]
         self._epoch_hint = answer["epoch"]
+        for reader in self._plans:  # a new agent (re-elected) learns the open readers' plans
+            self._send_plan(link, reader)
         return link
 
 
