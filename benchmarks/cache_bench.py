@@ -8,11 +8,16 @@ shard files on disk (temporaries included, sampled every millisecond), and the o
 optimum (Belady with the node's whole plan, :func:`astream._cache.eviction.offline_optimum`)
 with the ratio to it. Every run checks the epoch is exact.
 
+With ``--peer PYTHON`` (a venv with torch and mosaicml-streaming 0.13, see
+/work/shared/PEER.md) each configuration also runs mosaicml-streaming's ranks
+(``benchmarks/cache_peer_rank.py``, direct iteration, the same py1e order) against the same
+server as an S3 endpoint, with the same ``cache_limit``.
+
 Usage::
 
     python benchmarks/cache_bench.py [--shards 240] [--shard-kb 256] [--sample-kb 16] [--ranks 4]
                                      [--batch 4] [--limits 0.1,0.25,0.5] [--small-block 1200]
-                                     [--runs 1] [--json out.json]
+                                     [--runs 1] [--json out.json] [--peer /path/to/peer-venv/bin/python]
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from astream._cache.eviction import min_cache_bytes, offline_optimum, simulate
 from astream._coord.world import World
 from astream.errors import CacheWarning
 from astream.testing import LoopbackServer
+
+BUCKET = "bench"
 
 
 def child(args: argparse.Namespace) -> None:
@@ -80,7 +87,11 @@ class DiskWatch(threading.Thread):
             time.sleep(0.001)
 
 
-def one_run(server: LoopbackServer, work: Path, ranks: int, batch: int, limit: int, block: int | None) -> dict[str, Any]:
+PEER_RANK = Path(__file__).with_name("cache_peer_rank.py")
+
+
+def one_run(server: LoopbackServer, work: Path, ranks: int, batch: int, limit: int, block: int | None,
+            peer: str | None = None) -> dict[str, Any]:
     cache = Path(tempfile.mkdtemp(dir=work))
     before = len(server.log)
     procs, outs = [], []
@@ -91,8 +102,16 @@ def one_run(server: LoopbackServer, work: Path, ranks: int, batch: int, limit: i
         out = cache.parent / f"{cache.name}-rank{rank}.json"
         env = {**os.environ, "RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
                "LOCAL_WORLD_SIZE": str(ranks), "ASTREAM_RUN_ID": cache.name}
-        cmd = [sys.executable, __file__, "--child", "--remote", server.url, "--cache", str(cache), "--out", str(out),
-               "--batch", str(batch), "--limit", str(limit)] + (["--block", str(block)] if block else [])
+        if peer is None:
+            cmd = [sys.executable, __file__, "--child", "--remote", f"{server.url}/{BUCKET}/ds"]
+        else:
+            tmp = cache.parent / f"{cache.name}-tmp"  # its locks; /dev/shm names come from the cache path
+            tmp.mkdir(exist_ok=True)
+            env.update(S3_ENDPOINT_URL=server.url, AWS_ACCESS_KEY_ID="x", AWS_SECRET_ACCESS_KEY="x",
+                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(20000 + os.getpid() % 20000), TMPDIR=str(tmp))
+            cmd = [peer, str(PEER_RANK), "--remote", f"s3://{BUCKET}/ds"]
+        cmd += ["--cache", str(cache), "--out", str(out), "--batch", str(batch), "--limit", str(limit)]
+        cmd += ["--block", str(block)] if block else []
         procs.append(subprocess.Popen(cmd, env=env))
         outs.append(out)
     for proc in procs:
@@ -104,7 +123,8 @@ def one_run(server: LoopbackServer, work: Path, ranks: int, batch: int, limit: i
     results = [json.loads(o.read_text()) for o in outs]
     got = [r for r in server.log[before:] if r.method == "GET" and ".mds" in r.path and r.range is None]
     return {"wall": wall, "rank_seconds": max(r["seconds"] for r in results), "ids": [r["ids"] for r in results],
-            "requests": got, "peak": watch.peak, "stats": results[0]["stats"]["provider"]}
+            "requests": got, "peak": watch.peak,
+            "stats": results[0]["stats"]["provider"] if results[0].get("stats") else None}
 
 
 def main() -> None:
@@ -124,6 +144,7 @@ def main() -> None:
     parser.add_argument("--small-block", type=int, default=1200)
     parser.add_argument("--runs", type=int, default=1)
     parser.add_argument("--json", default=None)
+    parser.add_argument("--peer", default=None, help="python of a venv with mosaicml-streaming")
     args = parser.parse_args()
     if args.child:
         child(args)
@@ -132,19 +153,20 @@ def main() -> None:
     per_shard = max(1, args.shard_kb // args.sample_kb)
     samples = args.shards * per_shard
     rng = np.random.default_rng(0)
-    with MDSWriter(out=str(work / "remote"), columns={"id": "int64", "x": "bytes"},
+    remote = work / "srv" / BUCKET / "ds"
+    with MDSWriter(out=str(remote), columns={"id": "int64", "x": "bytes"},
                    size_limit=f"{args.shard_kb * 1024 + 4096}b") as w:
         for i in range(samples):
             w.write({"id": i, "x": rng.bytes(args.sample_kb * 1024 - 64)})
-    index = json.loads((work / "remote" / "index.json").read_text())
+    index = json.loads((remote / "index.json").read_text())
     sizes = [s["raw_data"]["bytes"] for s in index["shards"]]
     total = sum(sizes)
     print(f"dataset: {samples} samples, {len(sizes)} shards, {total / 1e6:.1f} MB; {args.ranks} ranks, "
           f"batch {args.batch}; minimum cache {min_cache_bytes(sizes, args.batch, args.ranks) / 1e6:.2f} MB")
     rows = []
-    with LoopbackServer(str(work / "remote")) as server:
+    with LoopbackServer(str(work / "srv")) as server:
         for block in (None, args.small_block):
-            probe = StreamingDataset(remote=server.url, local=str(work / "probe"), shuffle=True, shuffle_algo="py1e",
+            probe = StreamingDataset(remote=f"{server.url}/{BUCKET}/ds", local=str(work / "probe"), shuffle=True, shuffle_algo="py1e",
                                      shuffle_block_size=block, batch_size=args.batch,
                                      world=World(rank=0, world_size=args.ranks, local_rank=0,
                                                  ranks_per_node=args.ranks))
@@ -175,6 +197,18 @@ def main() -> None:
                     "redownloads": statistics.median(r["stats"]["redownloads"] for r in runs),
                     "within_limit": all(r["peak"] <= limit for r in runs),
                 }
+                if args.peer:
+                    peers = [one_run(server, work, args.ranks, args.batch, limit, block, args.peer)
+                             for _ in range(args.runs)]
+                    row["peer_exact"] = all(p["ids"] == expected for p in peers)
+                    row["peer_downloaded_mb"] = statistics.median(
+                        sum(sizes[int(r.path.rsplit(".", 2)[-2])] for r in p["requests"]) for p in peers) / 1e6
+                    row["peer_epoch_s"] = statistics.median(p["wall"] for p in peers)
+                    row["peer_peak_disk_mb"] = max(p["peak"] for p in peers) / 1e6
+                    print(f"    mosaicml-streaming: downloaded {row['peer_downloaded_mb']:7.2f} MB "
+                          f"(x{row['peer_downloaded_mb'] / row['optimum_mb']:.3f} the optimum), epoch "
+                          f"{row['peer_epoch_s']:.2f} s, peak on disk {row['peer_peak_disk_mb']:.2f} MB, "
+                          f"same order: {row['peer_exact']}", flush=True)
                 rows.append(row)
                 print(f"block {row['block']:>7}  limit {fraction:>4} ({row['limit_mb']:6.2f} MB): downloaded "
                       f"{row['downloaded_mb']:7.2f} MB, optimum {row['optimum_mb']:7.2f} MB (x{row['ratio']:.3f}), "
