@@ -204,10 +204,11 @@ def main() -> None:
                     row["peer_downloaded_mb"] = statistics.median(
                         sum(sizes[int(r.path.rsplit(".", 2)[-2])] for r in p["requests"]) for p in peers) / 1e6
                     row["peer_epoch_s"] = statistics.median(p["wall"] for p in peers)
+                    row["peer_rank_s"] = statistics.median(p["rank_seconds"] for p in peers)
                     row["peer_peak_disk_mb"] = max(p["peak"] for p in peers) / 1e6
                     print(f"    mosaicml-streaming: downloaded {row['peer_downloaded_mb']:7.2f} MB "
                           f"(x{row['peer_downloaded_mb'] / row['optimum_mb']:.3f} the optimum), epoch "
-                          f"{row['peer_epoch_s']:.2f} s, peak on disk {row['peer_peak_disk_mb']:.2f} MB, "
+                          f"{row['peer_epoch_s']:.2f} s (ranks {row['peer_rank_s']:.2f} s), peak on disk {row['peer_peak_disk_mb']:.2f} MB, "
                           f"same order: {row['peer_exact']}", flush=True)
                 rows.append(row)
                 print(f"block {row['block']:>7}  limit {fraction:>4} ({row['limit_mb']:6.2f} MB): downloaded "
