@@ -32,6 +32,8 @@ from typing import cast
 import numpy as np
 import numpy.typing as npt
 
+from astream.errors import CacheError
+
 __all__ = [
     "Candidate",
     "NodePlan",
@@ -264,6 +266,9 @@ def simulate(
             at most ``batch_size`` means no prefetch beyond the current batch.
         resident: shards in the cache at the start.
 
+    Raises:
+        CacheError: ``limit`` cannot hold a step's batches (it is below :func:`min_cache_bytes`).
+
     Returns:
         The transfers, evictions and peak. Readers advance in lockstep, one batch each in
         turn; each batch's missing shards are fetched in order of first use, evicting the
@@ -309,7 +314,8 @@ def simulate(
             batch = _batches(np.asarray(order, np.int64), batch_size, t)
             for key in dict.fromkeys(int(k) for k in batch):
                 if key not in held and not fetch(key, pinned, None):
-                    raise ValueError(f"limit {limit} cannot hold step {t}'s batches (pinned {sorted(pinned)})")
+                    raise CacheError(f"cache_limit={limit} bytes cannot hold step {t}'s batches of every reader "
+                                     f"(shards {sorted(pinned)}); it is below min_cache_bytes")
         if predownload > batch_size:
             for d, upcoming in plan.upcoming(predownload):
                 k = cast(int, upcoming)
@@ -355,7 +361,8 @@ def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: i
         cands = [Candidate(k, sizes[k], 0, pinned=k in pinned, next_use=next_use(k)) for k in sorted(held)]
         victims = choose_victims(cands, used, sizes[key], limit)
         if victims is None:
-            raise ValueError(f"limit {limit} cannot hold step {t}'s batches")
+            raise CacheError(f"cache_limit={limit} bytes cannot hold step {t}'s batches of every reader; "
+                             "it is below min_cache_bytes")
         for v in victims:
             held.discard(v)
             used -= sizes[v]

@@ -19,6 +19,7 @@ from astream._cache.eviction import (
     simulate,
 )
 from astream._sampling.plan import EpochPlan
+from astream.errors import CacheError
 
 
 def test_farthest_next_use_goes_first_and_never_used_before_that() -> None:
@@ -127,7 +128,7 @@ def test_a_cache_holding_everything_downloads_each_shard_once() -> None:
 def test_below_the_minimum_the_simulation_cannot_hold_a_step() -> None:
     orders = _world_orders("py1e", 2, 1, 4, None)
     sizes = [100] * 31
-    with pytest.raises(ValueError, match="cannot hold"):
+    with pytest.raises(CacheError, match="cannot hold"):
         simulate(orders, sizes, 2 * 4 * 100 - 100, batch_size=4, predownload=4)
 
 
