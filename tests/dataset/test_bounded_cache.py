@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from helpers import THREAD_AGENT
 
 from astream import Loader, MDSWriter, StreamingDataset
 from astream._cache.eviction import min_cache_bytes, offline_optimum, simulate
@@ -334,8 +335,6 @@ def test_eight_ranks_on_one_node(tmp_path: Path, remote: tuple[LoopbackServer, l
     """Eight ranks of one node in one process (one agent thread), each its own dataset."""
     server, sizes = remote
     limit = limit_for(sizes, "1x", 8)
-    from tests.dataset.helpers import THREAD_AGENT
-
     datasets = [
         StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=BATCH, shuffle=True,
                          cache_limit=limit, run_id="eight", coord=THREAD_AGENT,
