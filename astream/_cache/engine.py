@@ -5,7 +5,9 @@ decompression and file writes, and a :class:`ShardCache`. Shards are requested i
 two steps, so a prefetcher can keep plan order while transfers overlap:
 
 - :meth:`ShardEngine.reserve` pins a shard and, if it is not in the cache, waits for
-  room (evicting least recently used unpinned shards) and starts its installation;
+  room (evicting unpinned shards: read farthest away first when the node's plan is
+  given, else least recently used) and starts its installation; :meth:`ShardEngine.try_reserve`
+  does so for a prefetch, only if room can be made now;
 - :meth:`ShardEngine.wait_ready` waits for that installation and returns the path.
 
 :meth:`ShardEngine.ensure` does both; :meth:`ShardEngine.unpin` releases a pin (a

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import bisect
 import math
-from collections.abc import Callable, Hashable, Iterable, Sequence
+from collections.abc import Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -373,6 +373,3 @@ def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: i
         got += sizes[key]
         peak = max(peak, used)
     return SimResult(downloads, got, evictions, peak)
-
-
-DistanceFn = Callable[[int], float]
