@@ -26,10 +26,11 @@ from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import default_run_id
 from astream._coord.world import World
 from astream._dataset.bridge import SyncIterator
+from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
-from astream._dataset.provider import CacheProviderFactory, EngineSpec, check_dataset_cache, shard_key
+from astream._dataset.provider import CacheProviderFactory, EngineSpec, shard_key
 from astream._dataset.reader import EpochReader, OpenShards
 from astream._dataset.runtime import portal
 from astream._dataset.state import EpochState, dataset_fingerprint
