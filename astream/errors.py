@@ -36,6 +36,8 @@ builtin exception describes the same failure, the astream class inherits it too,
     ├── StateError (ValueError)             a resumption state does not fit this dataset/world
     ├── TransformError                      a transform or a subclass's __getitem__ raised on a sample
     └── WorkerError (RuntimeError)          a loader worker died or raised
+
+    CacheWarning (UserWarning)              the cache works, but will mostly re-download
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ __all__ = [
     "AstreamError",
     "BarrierTimeout",
     "CacheError",
+    "CacheWarning",
     "CompressionError",
     "ConfigError",
     "CoordinationError",
@@ -158,6 +161,10 @@ class UploadError(StorageError):
 
 class CacheError(AstreamError):
     """The local shard cache cannot do what was asked (too small a limit, disk full...)."""
+
+
+class CacheWarning(UserWarning):
+    """The cache works, but less well than it could (e.g. a shuffle wider than ``cache_limit``)."""
 
 
 class CoordinationError(AstreamError):

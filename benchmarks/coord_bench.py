@@ -39,8 +39,10 @@ from typing import Any
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.launch import new_event_loop
-from astream._coord.provider import SimpleProviderFactory
 from astream._coord.world import World
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.simple_provider, as agents import it
+from benchmarks.simple_provider import SimpleProviderFactory
 
 CONFIG = CoordConfig(agent_linger=0.5, watch_warn_after=60.0)
 

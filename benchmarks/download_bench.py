@@ -149,7 +149,9 @@ def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
 
 
 def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
-    from astream._cache import Prefetcher, ShardEngine, load_index
+    from plan_prefetch import Prefetcher
+
+    from astream._cache import ShardEngine, load_index
     from astream._storage.loop import run
 
     async def main() -> dict[str, Any]:

@@ -1,10 +1,9 @@
-"""Layer 4: the node's shard cache, its download engine and the prefetcher. See DESIGN.md."""
+"""Layer 4: the node's shard cache, its download engine and the eviction policy. See DESIGN.md."""
 
 from astream._cache.cache import ShardCache, State
 from astream._cache.engine import ShardEngine
 from astream._cache.eviction import Candidate, choose_victims
 from astream._cache.index_file import load_index
-from astream._cache.prefetch import Prefetcher, ShardLease
 from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
 
@@ -12,10 +11,8 @@ __all__ = [
     "Aimd",
     "CacheStats",
     "Candidate",
-    "Prefetcher",
     "ShardCache",
     "ShardEngine",
-    "ShardLease",
     "State",
     "choose_victims",
     "load_index",

@@ -12,36 +12,17 @@ only copy is local (a dataset without a remote is the user's data, not a cache).
 
 from __future__ import annotations
 
-import enum
 import os
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
+from astream._cache.states import Entry, State
 from astream._format.index import FileInfo, Index, ShardInfo
 from astream.errors import CacheError
 
 __all__ = ["Entry", "ShardCache", "State", "shard_files"]
-
-
-class State(enum.Enum):
-    ABSENT = "absent"
-    BUSY = "busy"  # being downloaded, decompressed or verified
-    READY = "ready"
-
-
-@dataclass
-class Entry:
-    """What the cache knows about one shard."""
-
-    state: State = State.ABSENT
-    size: int = 0  # bytes accounted (on disk, or reserved while BUSY)
-    pins: int = 0
-    last_used: int = 0
-    verified: bool = False
-    # Maybe not on disk when the power last went (written without fsync before the last
-    # boot, or by a run whose background fsync may not have finished): check before use.
-    suspect: bool = False
 
 
 @dataclass(frozen=True)
@@ -145,11 +126,10 @@ class ShardCache:
             stats = [_stat_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
             if all(st is not None for st in stats):
                 entry = self.entries[i]
-                entry.state, entry.size = State.READY, self._disk_size(i)
-                entry.suspect = any(st is not None and st.st_mtime < boot for st in stats) or (
+                entry.found(self._disk_size(i), any(st is not None and st.st_mtime < boot for st in stats) or (
                     covered_from is not None
                     and any(st is not None and st.st_ctime >= covered_from - CTIME_SLACK for st in stats)
-                )
+                ))
                 self.used += entry.size
                 found.append(i)
         return found
@@ -180,7 +160,7 @@ class ShardCache:
     def begin(self, i: int) -> None:
         """Shard ``i`` starts being installed: reserve its footprint."""
         entry = self.entries[i]
-        entry.state, entry.size = State.BUSY, self.footprint(i)
+        entry.begin_install(self.footprint(i))
         self.used += entry.size
 
     def done(self, i: int) -> None:
@@ -188,20 +168,30 @@ class ShardCache:
         entry = self.entries[i]
         actual = self._disk_size(i) if self.local_only else self.footprint(i)
         self.used += actual - entry.size
-        entry.state, entry.size, entry.verified, entry.suspect = State.READY, actual, True, False
+        entry.installed(actual)
 
     def forget(self, i: int) -> None:
         """Shard ``i`` is gone (failed install, or evicted): release its bytes."""
-        entry = self.entries[i]
-        self.used -= entry.size
-        entry.state, entry.size, entry.verified, entry.suspect = State.ABSENT, 0, False, False
+        self.used -= self.entries[i].forget()
 
-    def make_room(self, need: int) -> list[int] | None:
-        """Evict LRU unpinned shards until ``need`` more bytes fit; None if they cannot."""
+    def make_room(
+        self, need: int, next_use: Callable[[int], float] | None = None, soon: Callable[[int], bool] | None = None
+    ) -> list[int] | None:
+        """Evict unpinned shards until ``need`` more bytes fit; None if they cannot.
+
+        Args:
+            need: bytes about to be reserved.
+            next_use: positions until the node next reads a shard (the plan's look-ahead);
+                None: evict the least recently used first.
+            soon: shards a prefetch may not evict (read before the one it fetches).
+        """
         if self.local_only:
             return []
+        if self.limit is None or self.used + need <= self.limit:
+            return []
         candidates = [
-            Candidate(i, e.size, e.last_used, pinned=e.pins > 0)
+            Candidate(i, e.size, e.last_used, pinned=e.pins > 0,
+                      next_use=None if next_use is None else next_use(i), soon=soon is not None and soon(i))
             for i, e in enumerate(self.entries)
             if e.state is State.READY
         ]

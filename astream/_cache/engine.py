@@ -5,7 +5,9 @@ decompression and file writes, and a :class:`ShardCache`. Shards are requested i
 two steps, so a prefetcher can keep plan order while transfers overlap:
 
 - :meth:`ShardEngine.reserve` pins a shard and, if it is not in the cache, waits for
-  room (evicting least recently used unpinned shards) and starts its installation;
+  room (evicting unpinned shards: read farthest away first when the node's plan is
+  given, else least recently used) and starts its installation; :meth:`ShardEngine.try_reserve`
+  does so for a prefetch, only if room can be made now;
 - :meth:`ShardEngine.wait_ready` waits for that installation and returns the path.
 
 :meth:`ShardEngine.ensure` does both; :meth:`ShardEngine.unpin` releases a pin (a
@@ -24,26 +26,26 @@ from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
 from types import TracebackType
 
-from astream._cache.cache import ShardCache, ShardFile, State, shard_files
+from astream._cache.cache import ShardCache, State
 from astream._cache.durability import BackgroundSync
-from astream._cache.install import CorruptFile, ShardSink, remove_stale_temporaries, verify_files
+from astream._cache.install import remove_stale_temporaries
+from astream._cache.installer import Installation, check_hashes_present
 from astream._cache.slots import Slots
 from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
-from astream._format.compression import get_codec
 from astream._format.hashing import check_algorithm
-from astream._format.index import Index, ShardInfo
+from astream._format.index import Index
 from astream._storage.base import Storage, StorageOptions
 from astream._storage.executor import PriorityExecutor
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
 from astream._units import parse_bytes
-from astream.errors import CacheError, ConfigError, HashMismatchError, ShardFormatError, UsageError
+from astream.errors import CacheError, UsageError
 
 __all__ = ["ShardEngine"]
 
 
-class ShardEngine:
+class ShardEngine(Installation):
     """Downloads, validates, decompresses and caches the shards of one dataset (or split).
 
     Args:
@@ -105,7 +107,7 @@ class ShardEngine:
         limit = None if cache_limit is None else parse_bytes(cache_limit, "cache_limit")
         self.validate_hash = None if validate_hash is None else check_algorithm(validate_hash, "validate_hash")
         if self.validate_hash:
-            self._check_hashes_present(index, self.validate_hash)
+            check_hashes_present(index, self.validate_hash)
         self.index = index
         self.cache = ShardCache(index, root, limit, keep_zip, local_only, pinned_at_once)
         self._aimd = Aimd(max_concurrency, initial=initial_concurrency)
@@ -120,21 +122,12 @@ class ShardEngine:
         self._fsync = fsync
         self._sync = BackgroundSync(self.cache.root) if fsync else None
         self._tasks: dict[int, asyncio.Task[None]] = {}
+        self._cancelled: dict[int, asyncio.Task[None]] = {}  # transfers cancelled, maybe not yet done
+        self._fetched_before: set[int] = set()  # shards this engine downloaded (re-downloads count)
         self._first_done = False  # a transfer of this engine has succeeded
         self._change: asyncio.Event | None = None
         self._started = False
         self._closed = False
-
-    @staticmethod
-    def _check_hashes_present(index: Index, algo: str) -> None:
-        for shard in index.shards:
-            stored = shard.stored
-            if algo not in stored.hashes:
-                have = ", ".join(sorted(stored.hashes)) or "none"
-                raise ConfigError(
-                    f"validate_hash={algo!r} but index.json has no {algo} digest for "
-                    f"{stored.basename} (it has: {have}); pick one of those or drop validate_hash"
-                )
 
     # -- lifecycle ----------------------------------------------------------------------------
     async def start(self) -> None:
@@ -209,16 +202,6 @@ class ShardEngine:
         if getattr(self, "_started", False) and not getattr(self, "_closed", True):
             warnings.warn("ShardEngine was not closed; use `async with ShardEngine(...)`", ResourceWarning, stacklevel=2)
 
-    # -- TransferEvents -----------------------------------------------------------------------
-    def on_retry(self, url: str, attempt: int, cause: BaseException, throttled: bool) -> None:
-        self.stats.retries += 1
-        if throttled:
-            self.stats.throttled += 1
-            self._slots.limit = self.stats.concurrency = self._aimd.on_throttle()
-
-    def on_bytes(self, count: int) -> None:
-        self.stats.bytes_downloaded += count
-
     # -- the shard API ------------------------------------------------------------------------
     def path(self, i: int) -> str:
         """The local path of shard ``i``'s data file (valid while it is ready)."""
@@ -226,6 +209,9 @@ class ShardEngine:
 
     def is_ready(self, i: int) -> bool:
         return self.cache.entries[i].state is State.READY
+
+    def is_absent(self, i: int) -> bool:
+        return self.cache.entries[i].state is State.ABSENT
 
     def pin(self, i: int) -> None:
         """Keep shard ``i`` from eviction (it must be ready or reserved)."""
@@ -242,23 +228,33 @@ class ShardEngine:
                     del self._tasks[i]
                 else:
                     task.cancel()
+                    self._cancelled[i] = task
+                    self.stats.cancelled += 1
         self._wake()
 
     def _wake(self) -> None:
         self.stats.cache_bytes = self.cache.used
+        self.stats.peak_cache_bytes = max(self.stats.peak_cache_bytes, self.cache.used)
         self.stats.in_flight = self._slots.active
         if self._change is not None:
             self._change.set()
 
-    async def _wait_change(self) -> None:
+    async def _wait_change(self, timeout: float | None = None) -> None:
         assert self._change is not None
         self._change.clear()
-        await self._change.wait()
+        if timeout is None:
+            await self._change.wait()
+        else:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._change.wait(), timeout)
 
     def _running(self) -> bool:
         return any(not t.done() for t in self._tasks.values())
 
-    async def reserve(self, i: int, *, stuck: Callable[[], bool] | None = None) -> None:
+    async def reserve(
+        self, i: int, *, stuck: Callable[[], bool] | None = None, next_use: Callable[[int], float] | None = None,
+        make_way: Callable[[], bool] | None = None,
+    ) -> None:
         """Pin shard ``i`` and make sure it is ready or being installed.
 
         Waits while the cache is full of pinned shards. Reservations are granted in the
@@ -270,6 +266,10 @@ class ShardEngine:
             stuck: called while waiting for room; if it returns True and nothing is in
                 flight, waiting could only end by a consumer releasing a pin it will
                 not release: raise instead of deadlocking.
+            next_use: the node plan's distance to each shard's next read: evict the
+                farthest first (None: least recently used first).
+            make_way: called when there is no room; returns True if it cancelled
+                something (a prefetch) whose bytes will come free.
 
         Raises:
             CacheError: no room can be made (see ``stuck``).
@@ -278,26 +278,27 @@ class ShardEngine:
             raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
         entry = self.cache.entries[i]
         need = self.cache.footprint(i)
+        # A transfer cancelled (its last pin went) but not yet wound up cannot be joined:
+        # wait until it has released its bytes, then start afresh.
+        while (task := self._cancelling(i)) is not None:
+            await asyncio.wait([task])
         while entry.state is State.ABSENT:
-            victims = self.cache.make_room(need)
-            if victims is not None:
-                self.stats.evictions += len(victims)
-                self.cache.begin(i)
-                self.stats.misses += 1
-                self._tasks[i] = asyncio.get_running_loop().create_task(
-                    self._install(i, verify=False, priority=next(self._order))
-                )
+            if self._start_install(i, next_use, None):
                 break
+            if make_way is not None and make_way():
+                await self._wait_change()
+                continue
             if stuck is not None and stuck() and not self._running():
                 raise CacheError(
                     f"cache_limit={self.cache.limit} bytes is full of shards in use (pinned: "
                     f"{self.cache.pinned}) and shard {i} needs {need} more bytes; release shards "
                     "you are done with, or raise cache_limit"
                 )
-            await self._wait_change()
+            # With a stuck check, look again now and then: it may be a matter of time.
+            await self._wait_change(None if stuck is None else 0.5)
         else:
-            if entry.state is State.READY and (entry.suspect or (self.validate_hash and not entry.verified)):
-                entry.state = State.BUSY
+            if entry.needs_check(bool(self.validate_hash)):
+                entry.begin_check()
                 self._tasks[i] = asyncio.get_running_loop().create_task(
                     self._install(i, verify=True, priority=next(self._order))
                 )
@@ -305,6 +306,61 @@ class ShardEngine:
                 self.stats.hits += 1  # ready, or joining a transfer already running
         self.cache.pin(i)
         self._wake()
+
+    def _cancelling(self, i: int) -> asyncio.Task[None] | None:
+        """The transfer of shard ``i`` if it was cancelled and is still winding up."""
+        task = self._cancelled.get(i)
+        if task is None or task.done() or self._tasks.get(i) is not task:
+            self._cancelled.pop(i, None)
+            return None
+        return task
+
+    def _start_install(
+        self, i: int, next_use: Callable[[int], float] | None, soon: Callable[[int], bool] | None
+    ) -> bool:
+        """Make room for absent shard ``i`` and start installing it; False if no room."""
+        victims = self.cache.make_room(self.cache.footprint(i), next_use, soon)
+        if victims is None:
+            return False
+        self.stats.evictions += len(victims)
+        self.cache.begin(i)
+        self.stats.misses += 1
+        task = asyncio.get_running_loop().create_task(self._install(i, verify=False, priority=next(self._order)))
+        self._tasks[i] = task
+
+        def settled(task: asyncio.Task[None]) -> None:
+            # Cancelled before it ever ran (its last pin went at once), the install's own
+            # clean-up never started: release the bytes reserved for it here.
+            if task.cancelled() and self._tasks.get(i) is task and self.cache.entries[i].state is State.BUSY:
+                self.cache.forget(i)
+                self._wake()
+
+        task.add_done_callback(settled)
+        return True
+
+    def try_reserve(self, i: int, next_use: Callable[[int], float], soon: Callable[[int], bool]) -> bool:
+        """Pin shard ``i`` and start installing it if room can be made now, never waiting.
+
+        For a prefetch: ``next_use`` ranks the residents as they will stand when ``i`` is
+        read, and the ``soon`` ones (read before ``i``) may not go. Returns False (nothing
+        pinned) where there is no such room.
+        """
+        if not self._started or self._closed:
+            raise UsageError("use the ShardEngine inside `async with` (it is not started or is closed)")
+        entry = self.cache.entries[i]
+        if self._cancelling(i) is not None:
+            return False
+        if entry.state is State.ABSENT:
+            if not self._start_install(i, next_use, soon):
+                return False
+            self.stats.prefetches += 1
+        self.cache.pin(i)
+        self._wake()
+        return True
+
+    def new_epoch(self) -> None:
+        """The node began an epoch: restart the per-epoch counters."""
+        self.stats.epoch_bytes_downloaded = 0
 
     async def wait_ready(self, i: int) -> str:
         """Wait until reserved shard ``i`` is installed; returns its data file's path.
@@ -342,155 +398,3 @@ class ShardEngine:
             yield path
         finally:
             self.unpin(i)
-
-    # -- installation ---------------------------------------------------------------------------
-    def _backend(self, url: str) -> Storage:
-        if self._storage is not None:
-            return self._storage
-        assert self._pool is not None
-        return self._pool.get(url)
-
-    def _check_algo(self, shard: ShardInfo) -> str | None:
-        """The hash to check a shard already on disk with: validate_hash, else the fastest one known."""
-        if self.validate_hash:
-            return self.validate_hash
-        known = set(shard.stored.hashes) | set(shard.raw_data.hashes)
-        for algo in ("xxh3_64", "xxh64", "xxh128", "xxh3_128", "xxh32", "blake2b", "sha1", "md5", "sha256"):
-            if algo in known:
-                return algo
-        return next(iter(sorted(known)), None)
-
-    async def _install(self, i: int, verify: bool, priority: int) -> None:
-        shard = self.index.shards[i]
-        files = shard_files(shard)
-        loop = asyncio.get_running_loop()
-        if verify:
-            try:
-                problem = await loop.run_in_executor(
-                    self._executor, verify_files, self.cache, files, self._check_algo(shard)
-                )
-            except BaseException:
-                self.cache.entries[i].state = State.READY  # still there, just not verified
-                self._wake()
-                raise
-            if problem is None:
-                self.cache.entries[i].verified = True
-                self.cache.entries[i].suspect = False
-                self.cache.entries[i].state = State.READY
-                self._wake()
-                return
-            self.stats.hash_failures += 1
-            if self.cache.local_only:
-                self.cache.entries[i].state = State.READY
-                self._wake()
-                raise HashMismatchError(f"{problem}; the local dataset is corrupt")
-            self.cache.delete_files(i)
-            self.cache.forget(i)
-            self.cache.begin(i)
-        try:
-            fetched = False
-            for attempt in range(2):
-                try:
-                    for f in files:
-                        fetched |= await self._install_file(f, shard.compression, attempt > 0, priority)
-                    break
-                except CorruptFile as exc:
-                    if exc.hash_mismatch:
-                        self.stats.hash_failures += 1
-                    if attempt == 1 or self.cache.local_only:
-                        cls = HashMismatchError if exc.hash_mismatch else ShardFormatError
-                        tries = "" if self.cache.local_only else " (downloaded twice)"
-                        raise cls(f"{exc}{tries}; the remote copy is corrupt or index.json is stale") from exc
-            self.cache.done(i)
-            if fetched:
-                self.stats.shards_downloaded += 1
-        except BaseException:
-            if not self.cache.local_only:
-                with contextlib.suppress(CacheError):
-                    self.cache.delete_files(i)
-            self.cache.forget(i)
-            raise
-        finally:
-            self._wake()
-
-    async def _install_file(self, f: ShardFile, compression: str | None, fresh: bool, priority: int) -> bool:
-        """Bring one file of a shard into place; returns whether it came over the network."""
-        loop = asyncio.get_running_loop()
-        raw_final = self.cache.path(f.raw)
-        # A stat is cheap; doing it inline keeps tasks reaching the transfer slots in plan order.
-        if _stat_size(raw_final) == f.raw.bytes and not fresh:
-            return False
-        codec = get_codec(compression) if (f.zip is not None and compression) else None
-        stored = f.zip if codec is not None and f.zip is not None else f.raw
-        algo = self.validate_hash
-        digest = stored.hashes.get(algo) if algo else None
-        local_zip = self.cache.path(f.zip) if codec is not None and f.zip is not None else None
-        keep = self.cache.keep_zip and not self.cache.local_only
-
-        sync = self._sync
-        if sync is not None:
-            sync.start_prepare()  # the marker is made while the bytes come
-
-        def new_sink(zip_path: str | None, name: str) -> ShardSink:
-            return ShardSink(
-                raw_final, f.raw.bytes, codec=codec, zip_path=zip_path, hash_algo=algo if digest else None,
-                digest=digest, name=name, executor=self._executor, fsync=self._fsync, priority=priority,
-                syncer=sync,
-            )
-
-        if local_zip is not None and not fresh and _stat_size(local_zip) == stored.bytes:
-            try:
-                if sync is not None:
-                    await self._prepare_sync(sync)
-                await new_sink(None, local_zip).install_from(local_zip)
-                return False
-            except CorruptFile:
-                if self.cache.local_only:
-                    raise
-                with contextlib.suppress(FileNotFoundError):
-                    await loop.run_in_executor(self._executor, os.unlink, local_zip)
-        if self.cache.local_only or self.remote_root is None:
-            raise CacheError(
-                f"{raw_final} is missing (or has the wrong size) and there is no remote to fetch it from"
-            )
-        url = join_url(self.remote_root, stored.basename)
-        sink = new_sink(local_zip if keep else None, url)
-
-        async def complete() -> None:
-            if sync is not None:
-                await self._prepare_sync(sync)
-            await sink.finish()
-
-        try:
-            # The very first shard (slow start at one transfer) keeps its slot until it is
-            # in place: its last bytes are decoded without the next transfers competing
-            # for the cores, so the consumer can start sooner.
-            alone = not self._first_done and self._slots.limit == 1
-            async with self._slots.hold(priority):
-                self._wake()
-                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
-                if alone:
-                    await complete()
-            self._first_done = True
-            self._slots.limit = self.stats.concurrency = self._aimd.on_success()
-            self._slots.wake()
-            if not alone:
-                await complete()
-        except BaseException:
-            sink.abort()
-            raise
-        return True
-
-
-    async def _prepare_sync(self, sync: BackgroundSync) -> None:
-        try:
-            await sync.prepare()
-        except OSError as exc:
-            raise CacheError(f"cannot write {sync.marker}: {exc.strerror or exc}") from exc
-
-
-def _stat_size(path: str) -> int:
-    try:
-        return os.stat(path).st_size
-    except OSError:
-        return -1

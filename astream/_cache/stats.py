@@ -21,6 +21,12 @@ class CacheStats:
         hits: requests served without a new transfer (shard in the cache, or already coming).
         misses: requests that needed a transfer.
         evictions: shards removed to stay under ``cache_limit``.
+        redownloads: downloads of a shard this engine had downloaded before (and evicted).
+        epoch_bytes_downloaded: bytes received since the node's current epoch began.
+        cancelled: transfers cancelled on the way (their last pin went: a reader moved
+            on, or the node dropped a prefetch to make room for a reader's request).
+        prefetches: downloads started ahead of any reader asking (the node's plan said so).
+        peak_cache_bytes: the most ``cache_bytes`` ever held or reserved.
         retries: transfer attempts retried (any cause).
         throttled: retries caused by the remote shedding load (429, 503, SlowDown).
         hash_failures: shards that failed ``validate_hash`` (and were fetched again).
@@ -35,6 +41,11 @@ class CacheStats:
     hits: int = 0
     misses: int = 0
     evictions: int = 0
+    redownloads: int = 0
+    epoch_bytes_downloaded: int = 0
+    prefetches: int = 0
+    cancelled: int = 0
+    peak_cache_bytes: int = 0
     retries: int = 0
     throttled: int = 0
     hash_failures: int = 0

@@ -5,7 +5,8 @@ r"""Per-node coordination over a Unix socket (DESIGN.md, layer 5).
   elects and starts) the node agent, then ``ensure``/``ensure_many``/``pin``/``unpin``
   shards, meets at barriers (``barrier``) and agrees on the epoch (``begin_epoch``).
 - :class:`ShardProvider` — the seam to the node's shard cache, built in the agent's
-  process by a picklable :data:`ProviderFactory`; :class:`SimpleProvider` is a small one.
+  process by a picklable :data:`ProviderFactory` (the package's is the shard engine's
+  ``astream._dataset.provider.CacheProvider``).
 - :class:`CoordConfig` — every timeout and limit of the above.
 
 How a dataset process (a rank, or one of its loader workers) joins its node::
@@ -29,8 +30,6 @@ from astream._coord.link import AgentLost
 from astream._coord.provider import (
     ProviderFactory,
     ShardProvider,
-    SimpleProvider,
-    SimpleProviderFactory,
     StageCallback,
 )
 from astream._coord.rendezvous import default_run_id
@@ -46,8 +45,6 @@ __all__ = [
     "ProtocolError",
     "ProviderFactory",
     "ShardProvider",
-    "SimpleProvider",
-    "SimpleProviderFactory",
     "StageCallback",
     "VersionMismatch",
     "WatchdogTimeout",

@@ -6,8 +6,11 @@ closes, runs barriers (:mod:`.barriers`) and the node's epoch counter, and answe
 ``inspect`` questions for the clients' watchdogs. It owns no cache logic: that is the
 :class:`~astream._coord.provider.ShardProvider`'s.
 
-Each connection is an :class:`asyncio.Protocol`: bytes go through the sans-I/O
-:class:`~astream._coord.wire.FrameDecoder`; a malformed frame closes that connection only.
+Each connection is a :class:`~astream._coord.connection.Conn` (a malformed frame closes
+that connection only). Readers of a bounded cache also report their epoch's shard uses and
+their position (ops ``plan``, ``progress``, ``reader_done``); the agent hands them to a
+:class:`~astream._coord.provider.PlanAware` provider and forgets a connection's readers
+when it closes, as it releases its pins.
 """
 
 from __future__ import annotations
@@ -20,125 +23,18 @@ import socket
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any
 
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
 from astream._coord.config import CoordConfig
-from astream._coord.provider import ShardProvider
-from astream._coord.rendezvous import peer_credentials
-from astream._coord.wire import FrameDecoder, ProtocolError, VersionMismatch, encode, validate_request
-from astream.errors import AstreamError, CoordinationError
+from astream._coord.connection import Conn, Wait, error_body, socket_file
+from astream._coord.provider import PlanAware, ShardProvider
+from astream._coord.wire import ProtocolError
+from astream.errors import CoordinationError
 
 __all__ = ["Agent"]
 
 log = logging.getLogger("astream.coord")
-
-
-def error_body(exc: BaseException) -> dict[str, str]:
-    """How an exception travels in an answer."""
-    kind = type(exc).__name__ if isinstance(exc, AstreamError) else "CoordinationError"
-    return {"type": kind, "message": str(exc) if isinstance(exc, AstreamError) else f"{type(exc).__name__}: {exc}"}
-
-
-def _socket_file(listener: socket.socket) -> tuple[str, int] | None:
-    name = listener.getsockname()
-    if isinstance(name, str) and name and not name.startswith("\0"):
-        return name, os.stat(name).st_ino
-    return None
-
-
-class _Conn(asyncio.Protocol):
-    """One client connection."""
-
-    def __init__(self, agent: Agent, number: int) -> None:
-        self.agent = agent
-        self.number = number
-        self.member = f"conn{number}"
-        self.pid = 0
-        self.greeted = False
-        self.clean = False
-        self.closed = False
-        self.pins: set[str] = set()  # a client pins a key once; it counts its own holds
-        self.transport: asyncio.Transport | None = None
-        self._decoder = FrameDecoder(agent.config.max_frame)
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = cast(asyncio.Transport, transport)  # uvloop's are not subclasses
-        sock = self.transport.get_extra_info("socket")
-        creds = peer_credentials(sock) if sock is not None else None
-        if creds is not None and creds[1] != self.agent.allowed_uid:
-            log.warning("astream agent: refused pid %d of uid %d (another user)", creds[0], creds[1])
-            self.closed = True
-            self.transport.abort()
-            return
-        self.agent.connected(self)
-
-    def data_received(self, data: bytes) -> None:
-        if self.closed:
-            return
-        try:
-            for message in self._decoder.feed(data):
-                self._handle(validate_request(message))
-        except VersionMismatch as exc:
-            log.warning("astream agent: %s: %s", self.member, exc)
-            self.send({"id": 0, "ok": False, "error": error_body(exc)})
-            self.close()
-        except ProtocolError as exc:
-            log.warning("astream agent: closing %s (pid %d): %s", self.member, self.pid, exc)
-            self.agent.stats["protocol_errors"] += 1
-            self.close()
-
-    def _handle(self, message: dict[str, Any]) -> None:
-        try:
-            self.agent.dispatch(self, message)
-        except ProtocolError:
-            raise
-        except Exception as exc:  # a bug must cost one answer, not the node
-            log.exception("astream agent: %s failed on %s", self.member, message.get("op"))
-            if message.get("id") is not None:
-                self.send({"id": message["id"], "ok": False, "error": error_body(exc)})
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        self.agent.disconnected(self)
-
-    def send(self, message: dict[str, Any]) -> None:
-        if not self.closed and self.transport is not None:
-            self.transport.write(encode(message))
-
-    def close(self) -> None:
-        if self.transport is not None and not self.transport.is_closing():
-            self.transport.close()
-
-
-class _Wait:
-    """One ``ensure``/``ensure_many`` request waiting for its shards."""
-
-    __slots__ = ("conn", "done", "index", "paths", "remaining", "request", "single")
-
-    def __init__(self, conn: _Conn, request: int, keys: list[str], single: bool) -> None:
-        self.conn, self.request, self.single, self.done = conn, request, single, False
-        self.paths: list[str | None] = [None] * len(keys)
-        self.index: dict[str, list[int]] = {}
-        for i, key in enumerate(keys):
-            self.index.setdefault(key, []).append(i)
-        self.remaining = len(self.index)
-
-    def deliver(self, key: str, path: str | None, error: BaseException | None) -> None:
-        """One shard is ready (or failed); answer once all are, or at the first failure."""
-        if self.done or key not in self.index:
-            return
-        if error is not None:
-            self.done = True
-            self.conn.send({"id": self.request, "ok": False, "error": error_body(error)})
-            return
-        for i in self.index.pop(key):
-            self.paths[i] = path
-        self.remaining -= 1
-        if self.remaining == 0:
-            self.done = True
-            answer = {"path": self.paths[0]} if self.single else {"paths": self.paths}
-            self.conn.send({"id": self.request, "ok": True, **answer})
 
 
 class Agent:
@@ -155,12 +51,13 @@ class Agent:
         self.barriers = BarrierBook()
         self.stats: Counter[str] = Counter()
         self.allowed_uid = os.getuid()  # only processes of this user may join
-        self._conns: dict[int, _Conn] = {}
+        self._conns: dict[int, Conn] = {}
+        self._planned: PlanAware | None = provider if isinstance(provider, PlanAware) else None
         self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[str]] = {}
-        self._waiters: dict[str, list[_Wait]] = {}
+        self._waiters: dict[str, list[Wait]] = {}
         self._stage: dict[str, tuple[str, float]] = {}
         self._epoch = 0
         self._epoch_set = False
@@ -181,7 +78,7 @@ class Agent:
         """
         loop = asyncio.get_running_loop()
         self._stop = asyncio.Event()
-        self._socket_file = _socket_file(listener)
+        self._socket_file = socket_file(listener)
         server = None
         try:
             await self.provider.rebuild()
@@ -215,16 +112,16 @@ class Agent:
             await asyncio.gather(*self._inflight.values(), return_exceptions=True)
         await self.provider.aclose()
 
-    def _new_conn(self) -> _Conn:
+    def _new_conn(self) -> Conn:
         self._count += 1
-        return _Conn(self, self._count)
+        return Conn(self, self._count)
 
     def _arm_idle(self, delay: float) -> None:
         if self._idle is not None:
             self._idle.cancel()
         self._idle = asyncio.get_running_loop().call_later(delay, self.stop)
 
-    def connected(self, conn: _Conn) -> None:
+    def connected(self, conn: Conn) -> None:
         """A client connected."""
         self._conns[conn.number] = conn
         self.stats["connections"] += 1
@@ -232,13 +129,17 @@ class Agent:
             self._idle.cancel()
             self._idle = None
 
-    def disconnected(self, conn: _Conn) -> None:
+    def disconnected(self, conn: Conn) -> None:
         """A client's connection closed: release its pins, tell its barriers."""
         if self._conns.pop(conn.number, None) is None:
             return
         for key in conn.pins:
             self._add_pins(key, -1)
         conn.pins.clear()
+        if self._planned is not None:
+            for reader in conn.readers:
+                self._planned.on_reader_gone(f"{conn.number}:{reader}")
+        conn.readers.clear()
         for waiters in self._waiters.values():
             waiters[:] = [w for w in waiters if w.conn is not conn]
         if conn.greeted:
@@ -251,7 +152,7 @@ class Agent:
 
     # -- requests -----------------------------------------------------------------------
 
-    def dispatch(self, conn: _Conn, msg: dict[str, Any]) -> None:
+    def dispatch(self, conn: Conn, msg: dict[str, Any]) -> None:
         """Handle one validated request."""
         op = msg["op"]
         self.stats[f"op_{op}"] += 1
@@ -286,8 +187,10 @@ class Agent:
             conn.send({"id": request, "ok": True, "stats": self.snapshot()})
         elif op == "bye":
             conn.clean = True
+        elif op in ("plan", "progress", "reader_done"):
+            self._reader_report(conn, msg)
 
-    def _hello(self, conn: _Conn, msg: dict[str, Any]) -> None:
+    def _hello(self, conn: Conn, msg: dict[str, Any]) -> None:
         if conn.greeted:
             raise ProtocolError("second hello on one connection")
         conn.greeted, conn.member, conn.pid = True, msg["member"], msg["pid"]
@@ -299,7 +202,28 @@ class Agent:
             self._pin(conn, key, 1)
         conn.send({"id": msg["id"], "ok": True, "agent_pid": os.getpid(), "epoch": self._epoch})
 
-    def _pin(self, conn: _Conn, key: str, delta: int) -> None:
+    def _reader_report(self, conn: Conn, msg: dict[str, Any]) -> None:
+        """A reader's plan, position or end, for a provider that evicts by next use."""
+        if self._planned is None:
+            return
+        reader = f"{conn.number}:{msg['reader']}"  # unique on the node, gone with the connection
+        op = msg["op"]
+        if op == "plan":
+            uses, starts, ends = msg["uses"], msg["starts"], msg["ends"]
+            if not len(uses) == len(starts) == len(ends):
+                raise ProtocolError("op 'plan': uses, starts and ends differ in length")
+            conn.readers.add(msg["reader"])
+            if msg["first"]:
+                self._planned.on_plan(reader, uses, starts, ends, msg["window"])
+            else:
+                self._planned.append_plan(reader, uses, starts, ends)
+        elif op == "progress":
+            self._planned.on_progress(reader, msg["position"])
+        else:
+            conn.readers.discard(msg["reader"])
+            self._planned.on_reader_gone(reader)
+
+    def _pin(self, conn: Conn, key: str, delta: int) -> None:
         if (key in conn.pins) == (delta > 0):
             return  # pins are a set per connection: repeats change nothing
         if delta > 0:
@@ -316,8 +240,8 @@ class Agent:
             count = 0
         self.provider.on_pins_changed(key, count)
 
-    def _ensure(self, conn: _Conn, keys: list[str], request: int, *, pin: bool, single: bool) -> None:
-        wait = _Wait(conn, request, keys, single)
+    def _ensure(self, conn: Conn, keys: list[str], request: int, *, pin: bool, single: bool) -> None:
+        wait = Wait(conn, request, keys, single)
         for key in keys:
             if pin:
                 self._pin(conn, key, 1)
@@ -364,7 +288,7 @@ class Agent:
         for wait in waiters:
             wait.deliver(key, None if exc else task.result(), exc)
 
-    def _arrive(self, conn: _Conn, msg: dict[str, Any], request: int) -> None:
+    def _arrive(self, conn: Conn, msg: dict[str, Any], request: int) -> None:
         name = msg["name"] if msg["op"] == "barrier" else f"epoch:{msg['name']}"
         self._warn_twins(conn)
         now = time.monotonic()
@@ -382,10 +306,12 @@ class Agent:
             epoch = None
             if msg["op"] == "begin_epoch":
                 epoch, self._epoch, self._epoch_set = self._epoch, self._epoch + 1, True
+                if self._planned is not None:
+                    self._planned.on_epoch(epoch)
             self._answer_barrier(barrier, epoch=epoch)
         self._arm_deadline()
 
-    def _warn_twins(self, conn: _Conn) -> None:
+    def _warn_twins(self, conn: Conn) -> None:
         """Warn (once per name) when a barrier party's name is live in another process too.
 
         Checked at barriers, not at hello: names only matter there. A loader's stand-in

@@ -33,6 +33,7 @@ from astream._coord.launch import start_agent
 from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
 from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
+from astream._coord.reports import PlanReports
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
 from astream._coord.wire import MAX_KEYS
 from astream._coord.world import World
@@ -45,7 +46,7 @@ _MAX_REELECTIONS = 5
 log = logging.getLogger("astream.coord")
 
 
-class AsyncNodeClient:
+class AsyncNodeClient(PlanReports):
     """A process's membership of its node: ensure, pins, barriers, epoch.
 
     Args:
@@ -73,6 +74,8 @@ class AsyncNodeClient:
         self._lock: asyncio.Lock | None = None
         self._pins: Counter[str] = Counter()  # this client's pins per key
         self._paths: dict[str, str] = {}  # local paths of the keys it holds pinned
+        self._plans: dict[str, tuple[list[int], list[int], list[int], int]] = {}  # see PlanReports
+        self._positions: dict[str, int] = {}
         self._epoch_hint: int | None = None
         self._closed = False
         self._opened = False
@@ -385,6 +388,8 @@ class AsyncNodeClient:
             raise
         self.agent_pid = answer["agent_pid"]
         self._epoch_hint = answer["epoch"]
+        for reader in self._plans:  # a new agent (re-elected) learns the open readers' plans
+            self._send_plan(link, reader)
         return link
 
 

@@ -108,10 +108,11 @@ class FrameDecoder:
 
 # -- message schemas -----------------------------------------------------------------
 
-_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS = (
-    "str", "int", "bool", "num", "parties", "int?", "strs", "keys"
+_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS, _INTS = (
+    "str", "int", "bool", "num", "parties", "int?", "strs", "keys", "ints"
 )
 MAX_KEYS = 4096
+MAX_USES = 16384  # shard uses per "plan" message (a reader's plan goes in several)
 
 # op -> (fields, answer expected)
 REQUESTS: dict[str, dict[str, str]] = {
@@ -129,8 +130,13 @@ REQUESTS: dict[str, dict[str, str]] = {
     "inspect_barrier": {"name": _STR},
     "stats": {},
     "bye": {},
+    # A reader's shard uses this epoch (``uses[j]`` read at positions ``starts[j]..ends[j]``),
+    # in parts: the first replaces what the agent knew of that reader, the others add.
+    "plan": {"reader": _STR, "uses": _INTS, "starts": _INTS, "ends": _INTS, "window": _INT, "first": _BOOL},
+    "progress": {"reader": _STR, "position": _INT},
+    "reader_done": {"reader": _STR},
 }
-ONE_WAY = frozenset({"pin", "unpin", "prefetch", "bye"})
+ONE_WAY = frozenset({"pin", "unpin", "prefetch", "bye", "plan", "progress", "reader_done"})
 
 
 def _check(value: object, kind: str) -> bool:
@@ -146,6 +152,9 @@ def _check(value: object, kind: str) -> bool:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9
     if kind == _STRS:
         return isinstance(value, list) and all(_check(v, _STR) for v in value)
+    if kind == _INTS:
+        return (isinstance(value, list) and len(value) <= MAX_USES
+                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
     if kind == _KEYS:
         return isinstance(value, list) and 0 < len(value) <= MAX_KEYS and _check(value, _STRS)
     if kind == _PARTIES:

@@ -192,7 +192,9 @@ class DatasetConfig:
                 keep_zip=bool(s.keep_zip), download_retry=int(s.download_retry or 0),
                 download_timeout=float(s.download_timeout or self.download_timeout), cache_limit=limit,
             ))
-        return CacheProviderFactory(tuple(specs), self.max_concurrency)
+        # pinned_at_once=1: readers of a bounded cache pin one batch each (checked, with the
+        # node's readers, by check_dataset_cache at the start of an epoch).
+        return CacheProviderFactory(tuple(specs), self.max_concurrency, pinned_at_once=1)
 
 
 def _check_transform(transform: Any) -> Callable[[Any], Any] | None:

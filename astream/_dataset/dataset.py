@@ -21,6 +21,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
+from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
@@ -168,10 +169,14 @@ class StreamingDataset(RandomAccess):
         portal().call(self.aclose())
         self.session.shards.close()
 
-    async def begin_epoch(self, node: AsyncNodeClient) -> tuple[int, int]:
+    async def begin_epoch(self, node: AsyncNodeClient, readers_per_rank: int = 1) -> tuple[int, int]:
         """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset). A
         loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
         resume = self.run.fix_run_values()
+        assert self.run.ncn is not None
+        # A cache_limit too small for the node's readers fails here, before any download.
+        check_dataset_cache(self.config, self.indexes, readers_per_rank=readers_per_rank,
+                            num_canonical_nodes=self.run.ncn, warn=self.run.first_cache_check())
         world = self.config.unique_world
         first = world.node * world.ranks_per_node
         if resume is not None:
@@ -201,7 +206,7 @@ class StreamingDataset(RandomAccess):
         order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
-                                       batch_transform) as reader:
+                                       batch_transform, window=batch_size or self.config.batch_size or 1) as reader:
             yield reader
 
     @asynccontextmanager

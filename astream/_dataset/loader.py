@@ -193,7 +193,7 @@ class Loader:
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
         ds = self.dataset
         node = await ds.node()
-        epoch, offset = await ds.begin_epoch(node)
+        epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
         self.num_samples_yielded = 0
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,

@@ -4,16 +4,31 @@ The agent (one per node, see ``astream._coord``) owns one :class:`ShardEngine` p
 stream; ranks and workers ask it for shards by key ``"<stream>/<shard>"`` (numbers).
 The factory is picklable: it travels to the agent's process, which builds the
 engines there from the index files the dataset already put in the local caches.
+
+With a ``cache_limit`` the readers of the node also tell the agent their epoch's shard
+uses and how far they have come (:class:`~astream._cache.eviction.NodePlan`): room is
+made by evicting the shard next used farthest away, and the provider downloads ahead
+what the readers will need within their ``predownload`` window, evicting only shards
+needed later than the one it fetches. A reader's own request preempts such a prefetch
+when the cache is full.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import logging
 import os
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
+
+import numpy as np
+import numpy.typing as npt
 
 from astream._cache.engine import ShardEngine
+from astream._cache.eviction import NodePlan
 from astream._coord.provider import StageCallback
 from astream._format.index import INDEX_NAME, Index
 from astream._storage.base import StorageOptions
@@ -22,12 +37,41 @@ from astream._storage.registry import StoragePool
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream.errors import ConfigError
 
-__all__ = ["CacheProvider", "CacheProviderFactory", "EngineSpec", "shard_key"]
+__all__ = [
+    "CacheProvider",
+    "CacheProviderFactory",
+    "EngineSpec",
+    "decode_use",
+    "encode_use",
+    "encode_uses",
+    "shard_key",
+]
+
+log = logging.getLogger("astream.cache")
+
+# A need that finds the cache full of pins, with nothing downloading and no pin released
+# for this long, can only be a consumer outside the sizing (a large get_batch beside the
+# iteration): it fails instead of waiting forever.
+STUCK_AFTER = 30.0
 
 
 def shard_key(stream: int, shard: int) -> str:
     """The agent's key of a shard."""
     return f"{stream}/{shard}"
+
+
+def encode_use(stream: int, shard: int) -> int:
+    """A shard as one int in a reader's plan message."""
+    return (stream << 32) | shard
+
+
+def encode_uses(streams: npt.NDArray[np.int64], shards: npt.NDArray[np.int64]) -> list[int]:
+    """:func:`encode_use` of many (a reader's plan), vectorised."""
+    return ((streams.astype(np.int64) << 32) | shards.astype(np.int64)).tolist()  # type: ignore[no-any-return]
+
+
+def decode_use(use: int) -> tuple[int, int]:
+    return use >> 32, use & 0xFFFFFFFF
 
 
 def parse_key(key: str) -> tuple[int, int]:
@@ -64,6 +108,9 @@ class CacheProviderFactory:
         return CacheProvider(self.streams, self.max_concurrency, self.pinned_at_once)
 
 
+Key = tuple[int, int]
+
+
 class CacheProvider:
     """One :class:`ShardEngine` per stream behind the agent's provider protocol.
 
@@ -78,6 +125,10 @@ class CacheProvider:
         self._engines: list[ShardEngine] = []
         self._pins: dict[str, int] = {}
         self._held: set[str] = set()
+        self._plan = NodePlan()  # (stream, shard) keys
+        self._prefetching: dict[Key, asyncio.Task[None]] = {}
+        self._pass: asyncio.Handle | None = None
+        self._released = time.monotonic()  # when a pin last went (for the stuck check)
         # Streams share HTTP sessions (one pool per distinct transfer settings) and one
         # thread pool for hashing, decompression and file writes.
         self._pools: dict[StorageOptions, StoragePool] = {}
@@ -118,10 +169,37 @@ class CacheProvider:
         engine, shard = self._engine(key)
         return engine.path(shard) if engine.is_ready(shard) else None
 
+    def _next_use(self, stream: int) -> Callable[[int], float] | None:
+        if not self._plan.readers:
+            return None
+        plan = self._plan
+        return lambda shard: plan.distance((stream, shard))
+
+    def _make_way(self, stream: int) -> bool:
+        """A reader's request finds no room: cancel the prefetch needed farthest away."""
+        mine = [k for k in self._prefetching if k[0] == stream]
+        if not mine:
+            return False
+        victim = max(mine, key=lambda k: (self._plan.distance(k), k))
+        self._drop_prefetch(victim)
+        return True
+
+    def _stuck(self) -> bool:
+        return time.monotonic() - self._released > STUCK_AFTER
+
     async def ensure(self, key: str, stage: StageCallback) -> str:
         engine, shard = self._engine(key)
+        stream = parse_key(key)[0]
         stage("download")
-        path = await engine.ensure(shard)  # pinned for us while we decide
+        await engine.reserve(shard, next_use=self._next_use(stream), make_way=lambda: self._make_way(stream),
+                             stuck=self._stuck if engine.cache.limit is not None else None)
+        try:
+            path = await engine.wait_ready(shard)  # pinned for us while we decide
+        except BaseException:
+            engine.unpin(shard)
+            raise
+        finally:
+            self._schedule_pass()
         if self._pins.get(key, 0) > 0 and key not in self._held:
             self._held.add(key)  # keep the engine pin on behalf of the node's pins
         else:
@@ -137,18 +215,103 @@ class CacheProvider:
                 self._held.add(key)
         else:
             self._pins.pop(key, None)
+            self._released = time.monotonic()
             if key in self._held:
                 self._held.discard(key)
                 engine.unpin(shard)
+            self._schedule_pass()
+
+    # -- the node's plan ------------------------------------------------------------------------
+    def on_plan(self, reader: str, uses: Sequence[int], starts: Sequence[int], ends: Sequence[int],
+                window: int) -> None:
+        """A reader's shard uses this epoch (encoded by :func:`encode_use`) and look-ahead."""
+        keys = [decode_use(u) for u in uses]
+        self._plan.add(reader, keys, starts, ends, window=window)
+        self._schedule_pass()
+
+    def append_plan(self, reader: str, uses: Sequence[int], starts: Sequence[int], ends: Sequence[int]) -> None:
+        self._plan.extend(reader, [decode_use(u) for u in uses], starts, ends)
+        self._schedule_pass()
+
+    def on_progress(self, reader: str, position: int) -> None:
+        """A reader consumed everything before ``position``."""
+        self._plan.advance(reader, position)
+        self._released = time.monotonic()
+        self._schedule_pass()
+
+    def on_reader_gone(self, reader: str) -> None:
+        self._plan.remove(reader)
+        self._schedule_pass()
+
+    def on_epoch(self, epoch: int) -> None:
+        for engine in self._engines:
+            engine.new_epoch()
+
+    def _schedule_pass(self) -> None:
+        if self._pass is None and self._plan.readers and self._engines:
+            with contextlib.suppress(RuntimeError):  # no running loop: nothing to prefetch into
+                self._pass = asyncio.get_running_loop().call_soon(self._prefetch_pass)
+
+    def _prefetch_pass(self) -> None:
+        """Start downloads of what the readers need next, nearest first, while room can be
+        made from shards needed later (at most ``max_concurrency`` at once)."""
+        self._pass = None
+        plan = self._plan
+        for distance, upcoming in plan.upcoming():
+            if len(self._prefetching) >= self._max_concurrency:
+                return
+            key = cast(Key, upcoming)
+            stream, shard = key
+            if key in self._prefetching or not 0 <= stream < len(self._engines):
+                continue
+            engine = self._engines[stream]
+            if engine.cache.limit is None or not engine.is_absent(shard):
+                continue
+            def next_use(i: int, stream: int = stream, d: float = distance) -> float:
+                return plan.distance((stream, i), d)
+
+            def soon(i: int, stream: int = stream, d: float = distance) -> bool:
+                return plan.distance((stream, i)) < d
+
+            if not engine.try_reserve(shard, next_use, soon):
+                return  # farther shards would only have less to evict
+            self._prefetching[key] = asyncio.get_running_loop().create_task(self._prefetch(key))
+
+    async def _prefetch(self, key: Key) -> None:
+        stream, shard = key
+        engine = self._engines[stream]
+        try:
+            await engine.wait_ready(shard)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # the reader's own request tries again and reports it
+            log.debug("astream: prefetch of shard %s failed: %s", key, exc)
+        finally:
+            if self._prefetching.pop(key, None) is not None:
+                engine.unpin(shard)
+            self._schedule_pass()
+
+    def _drop_prefetch(self, key: Key) -> None:
+        task = self._prefetching.pop(key, None)
+        if task is not None:
+            self._engines[key[0]].unpin(key[1])  # its last pin: the engine cancels the transfer
+            task.cancel()
 
     def stats(self) -> dict[str, Any]:
         totals: dict[str, Any] = {}
         for engine in self._engines:
             for name, value in engine.stats.snapshot().items():
                 totals[name] = totals.get(name, 0) + value
+        totals["plan_readers"] = len(self._plan.readers)
+        totals["prefetching"] = len(self._prefetching)
         return totals
 
     async def aclose(self) -> None:
+        if self._pass is not None:
+            self._pass.cancel()
+            self._pass = None
+        for key in list(self._prefetching):
+            self._drop_prefetch(key)
         engines, self._engines = self._engines, []
         for engine in engines:
             await engine.aclose()

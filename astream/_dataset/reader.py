@@ -10,6 +10,12 @@ next batch needs, and releases each lease as soon as the sequence has passed its
 Until the first batch can come from the cache, a batch may instead be read from the
 remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
 
+With a bounded cache (``bounded=True``) a reader pins only what its current batch reads
+(a lease is one run of a shard, requested once the batch it starts in is next), so the
+node's readers can never hold more than one batch each; it tells the node agent its
+shard uses and its position instead, and the node downloads ahead and evicts by next
+use (:mod:`astream._dataset.provider`).
+
 Shards are read through read-only memory maps, and every page of a map that a read
 touched counts in the process's RSS until it is unmapped. The reader hands touched
 pages back (``MADV_DONTNEED``: the data stays in the page cache and a later read maps
@@ -22,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import heapq
+import itertools
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -33,7 +41,7 @@ from astream._coord.client import AsyncNodeClient
 from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.provider import shard_key
+from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps
 from astream._dataset.shards import RESIDENT_BUDGET, OpenShards, leases_of
 from astream._format.shard import ShardReader
@@ -70,7 +78,12 @@ class EpochReader:
         steps: what each sample goes through when it must be read one by one (a
             transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.samples`).
         batch_transform: applied to each batch once collated.
+        bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
+            time and report the plan and position to the node agent.
+        window: positions read at once (the batch size) when ``bounded``.
     """
+
+    _names = itertools.count()
 
     def __init__(
         self,
@@ -83,14 +96,21 @@ class EpochReader:
         peek: RemotePeek | None = None,
         steps: SampleSteps | None = None,
         batch_transform: Callable[[Any], Any] | None = None,
+        bounded: bool = False,
+        window: int = 1,
     ) -> None:
         self._node = node
         self._steps = steps
         self._batch_transform = batch_transform
-        self._peek = peek
+        self._bounded = bounded
+        self._window = max(1, window)
+        self._name = f"{os.getpid()}.{next(EpochReader._names)}"
+        # Bounded: no reading ahead by range, whose batches pass leases still in flight
+        # (their pins would outlive the batch).
+        self._peek = None if bounded else peek
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
-        self._reading_ahead = peek is not None
+        self._reading_ahead = self._peek is not None
         self._smap = smap
         self._shards = shards
         self.order = order
@@ -122,14 +142,32 @@ class EpochReader:
         return self
 
     def _begin(self, read_size: int) -> None:
-        """Lease the sequence and start prefetching, once the size of one read is known."""
+        """Lease the sequence and (unbounded) start prefetching, once one read's size is known."""
         if self._prefetch is not None or self._ready:
             raise RuntimeError("an EpochReader is iterated once")
         self._predownload = lookahead(self._given_predownload, read_size)
-        self._lease_shard, self._lease_start, self._lease_end = leases_of(self._shard, self._predownload)
+        if self._bounded:
+            self._window = read_size
+        # Bounded: one lease per run, so no pin outlives the batch that reads it.
+        self._lease_shard, self._lease_start, self._lease_end = leases_of(
+            self._shard, 0 if self._bounded else self._predownload
+        )
         loop = asyncio.get_running_loop()
         self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
-        self._prefetch = loop.create_task(self._run_prefetch())
+        if not self._bounded:
+            self._prefetch = loop.create_task(self._run_prefetch())
+
+    async def _start(self) -> None:
+        """Bounded: report the plan and start requesting once iteration begins (a worker
+        told to skip batches pins nothing before it knows)."""
+        if self._prefetch is None and self._bounded:
+            shards = self._lease_shard
+            uses = encode_uses(np.asarray(self._smap.shard_stream, np.int64)[shards],
+                               np.asarray(self._smap.shard_local, np.int64)[shards])
+            await self._node.report_plan(self._name, uses, self._lease_start.tolist(), self._lease_end.tolist(),
+                                         window=self._predownload)
+            self._node.report_progress(self._name, self._consumed)
+            self._prefetch = asyncio.get_running_loop().create_task(self._run_prefetch())
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -145,6 +183,8 @@ class EpochReader:
             for lease in sorted(self._held):
                 await self._node.unpin(self._key(lease))
             self._held.clear()
+            if self._bounded:
+                self._node.report_done(self._name)
             if self._peek is not None:
                 await self._peek.aclose()
         finally:  # also when this close is cancelled itself (a loop shutting down)
@@ -164,7 +204,8 @@ class EpochReader:
         loop = asyncio.get_running_loop()
         while self._issued < total:
             lease = self._issued
-            while starts[lease] > self._consumed + self._predownload:
+            # Bounded: only leases that start in the batch about to be read.
+            while starts[lease] > self._consumed + (self._window - 1 if self._bounded else self._predownload):
                 self._progress.clear()
                 await self._progress.wait()
             if self._lease_end[lease] < self._consumed:
@@ -284,6 +325,8 @@ class EpochReader:
         """The consumer finished everything before ``position``: release passed leases."""
         self._consumed = position
         self._progress.set()
+        if self._bounded:
+            self._node.report_progress(self._name, position)
         while self._releases and self._releases[0][0] < position:
             _, lease = heapq.heappop(self._releases)
             self._held.discard(lease)
@@ -360,6 +403,7 @@ class EpochReader:
                 return
             if first:
                 await self._advance(int(bounds[min(first, order.num_batches)]))
+        await self._start()
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
             batch = await self._batch(a, b, await self._fetch(a, b), collate)
@@ -370,7 +414,10 @@ class EpochReader:
     async def chunks(self, chunk: int = CHUNK) -> AsyncIterator[list[dict[str, Any]]]:
         """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
         n = len(self.ids)
+        if self._bounded:
+            chunk = min(chunk, self._window)
         self._begin(chunk)
+        await self._start()
         # The first sample leaves alone, then chunks double up to ``chunk``: the caller's
         # first sample does not wait for 63 more to be decoded.
         a, size = 0, 1
@@ -385,7 +432,10 @@ class EpochReader:
     async def samples(self, chunk: int = CHUNK) -> AsyncIterator[dict[str, Any]]:
         """Yield the sequence one sample at a time."""
         n = len(self.ids)
+        if self._bounded:
+            chunk = min(chunk, self._window)
         self._begin(chunk)
+        await self._start()
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
             for sample in await self._samples(a, b, await self._fetch(a, b)):

@@ -35,6 +35,12 @@ class RunState:
         self.initial_physical_nodes: int | None = None
         self.epoch = 0
         self.offset = 0  # where the current epoch started (a resumed one starts further in)
+        self._cache_checked = False
+
+    def first_cache_check(self) -> bool:
+        """True the first time it is asked (the cache's thrashing warning is given once)."""
+        first, self._cache_checked = not self._cache_checked, True
+        return first
 
     @property
     def current_epoch(self) -> int:

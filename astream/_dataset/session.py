@@ -113,11 +113,12 @@ class NodeSession:
 
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,
-        batch_transform: Callable[[Any], Any] | None = None,
+        batch_transform: Callable[[Any], Any] | None = None, window: int = 1,
     ) -> EpochReader:
         """A reader of ``order`` through this process's open shards (use ``async with``)."""
         return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
-                           peek=self.remote_peek(), steps=steps, batch_transform=batch_transform)
+                           peek=self.remote_peek(), steps=steps, batch_transform=batch_transform,
+                           bounded=self._config.cache_limit is not None, window=window)
 
     async def read_sample(self, index: int) -> dict[str, Any]:
         """Sample ``index`` (checked) as stored, its shard pinned while it is read."""
@@ -134,6 +135,7 @@ class NodeSession:
         """Samples ``ids`` (checked) as one batch, through a reader of their own."""
         order = WorkerBatches.of(ids, max(1, len(ids)))
         async with EpochReader(await self.node(), self._smap, order, len(ids), self._config.max_concurrency,
-                               self.shards, steps=steps) as reader:
+                               self.shards, steps=steps, bounded=self._config.cache_limit is not None,
+                               window=max(1, len(ids))) as reader:
             batches = [b async for b in reader.batches()]
         return batches[0] if batches else {}

@@ -12,8 +12,9 @@ import time
 from pathlib import Path
 
 from cachekit import raw_bytes, temporaries, tree
+from prefetcher import Prefetcher
 
-from astream._cache import Prefetcher, ShardEngine
+from astream._cache import ShardEngine
 from astream._format.index import Index
 from astream._storage import StorageOptions
 from astream.testing import Fault, LoopbackServer

@@ -8,8 +8,9 @@ from pathlib import Path
 
 import pytest
 from cachekit import tree
+from prefetcher import Prefetcher
 
-from astream._cache import Prefetcher, ShardEngine, load_index
+from astream._cache import ShardEngine, load_index
 from astream._format.compression import get_codec
 from astream._format.hashing import hash_bytes
 from astream._format.index import Index

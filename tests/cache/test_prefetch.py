@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 from cachekit import raw_bytes, temporaries, tree
+from prefetcher import Prefetcher
 
-from astream._cache import Prefetcher, ShardEngine
+from astream._cache import ShardEngine
 from astream._format.index import Index
 from astream._storage import StorageOptions
 from astream.errors import CacheError, ConfigError, RemoteNotFoundError

@@ -16,9 +16,11 @@ from typing import Any
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
-from astream._coord.provider import SimpleProviderFactory
 from astream._coord.world import World
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))  # the factory is pickled as tests.coord...
 from astream.errors import AstreamError
+from tests.coord.simple_provider import SimpleProviderFactory
 
 
 def emit(event: str, **fields: Any) -> None:

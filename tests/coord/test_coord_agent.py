@@ -20,12 +20,12 @@ from coordkit import GateProvider
 from astream._coord.agent import Agent
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
-from astream._coord.provider import SimpleProvider, SimpleProviderFactory
 from astream._coord.rendezvous import Address, derive_address, try_bind, try_connect
 from astream._coord.watchdog import WatchdogTimeout
 from astream._coord.wire import HEADER, FrameDecoder, encode
 from astream._coord.world import World
 from astream.errors import BarrierTimeout, ConfigError, CoordinationError, DownloadError, UsageError
+from tests.coord.simple_provider import SimpleProvider, SimpleProviderFactory
 
 
 def _no_factory() -> Any:

@@ -13,10 +13,10 @@ from coordkit import assert_clean, config_dict, counts, make_shards, shm_paths, 
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
-from astream._coord.provider import SimpleProviderFactory
 from astream._coord.world import World, member_name
 from astream.errors import CoordinationError
 from astream.testing import LoopbackServer
+from tests.coord.simple_provider import SimpleProviderFactory
 
 pytestmark = pytest.mark.slow
 

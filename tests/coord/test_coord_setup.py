@@ -10,10 +10,10 @@ import pytest
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
-from astream._coord.provider import SimpleProviderFactory
 from astream._coord.rendezvous import default_run_id, derive_address
 from astream._coord.world import World
 from astream.errors import ConfigError, CoordinationError
+from tests.coord.simple_provider import SimpleProviderFactory
 
 
 @pytest.mark.parametrize(

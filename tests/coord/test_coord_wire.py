@@ -82,6 +82,11 @@ def test_other_version_is_a_clear_error() -> None:
         {"op": "barrier", "id": 2, "name": "b", "parties": ["x", "y"], "timeout": 1.5},
         {"op": "barrier", "id": 2, "name": "b", "parties": 3, "timeout": 1},
         {"op": "hello", "id": 1, "member": "m", "pid": 5, "epoch_hint": None, "pins": []},
+        {"op": "plan", "reader": "r1", "uses": [1 << 32, 3], "starts": [0, 2], "ends": [1, 2], "window": 8,
+         "first": True},
+        {"op": "plan", "reader": "r1", "uses": [], "starts": [], "ends": [], "window": 8, "first": False},
+        {"op": "progress", "reader": "r1", "position": 40},
+        {"op": "reader_done", "reader": "r1"},
     ],
 )
 def test_valid_requests(message: dict[str, object]) -> None:
@@ -101,6 +106,11 @@ def test_valid_requests(message: dict[str, object]) -> None:
         {"op": "barrier", "id": 2, "name": "b", "parties": 0, "timeout": 1},
         {"op": "barrier", "id": 2, "name": "b", "parties": 2, "timeout": -1},
         {"op": "hello", "id": 1, "member": "m", "pid": True, "epoch_hint": None, "pins": []},
+        {"op": "plan", "reader": "r1", "uses": [-1], "starts": [0], "ends": [0], "window": 8, "first": True},
+        {"op": "plan", "reader": "r1", "uses": [True], "starts": [0], "ends": [0], "window": 8, "first": True},
+        {"op": "plan", "reader": "r1", "uses": [0] * 16385, "starts": [0], "ends": [0], "window": 8, "first": True},
+        {"op": "plan", "reader": "", "uses": [0], "starts": [0], "ends": [0], "window": 8, "first": True},
+        {"op": "progress", "reader": "r1", "position": "4"},
     ],
 )
 def test_invalid_requests(message: dict[str, object]) -> None:

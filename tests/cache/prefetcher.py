@@ -1,4 +1,8 @@
-"""The prefetcher: walks an epoch's shard plan ahead of the consumer.
+"""A plan-order prefetcher straight over a :class:`ShardEngine`, for the cache layer's tests.
+
+It was ``astream._cache.prefetch``; the package keeps one live prefetch path (the epoch
+reader's leases through the node agent, and the node's plan-aware prefetch in
+``astream._dataset.provider``), and this driver of the engine lives where it is used.
 
 ::
 

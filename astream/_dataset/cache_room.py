@@ -1,0 +1,111 @@
+"""Whether a ``cache_limit`` can hold what the node's readers need, checked before any download.
+
+Readers of a bounded cache pin one batch each (:mod:`astream._dataset.reader`), so the
+limit must hold every reader's batch at its largest shards at once, plus one shard for
+random access (:func:`astream._cache.eviction.min_cache_bytes`); a smaller one is refused
+at the start of an epoch. A shuffle whose blocks in flight span far more than the limit
+works, but mostly downloads shards again: that warns once.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections.abc import Sequence
+
+from astream._cache.eviction import min_cache_bytes
+from astream._dataset.config import DatasetConfig
+from astream._dataset.provider import EngineSpec
+from astream._format.index import Index
+from astream._sampling.defaults import resolve_shuffle_block_size
+from astream.errors import CacheError, CacheWarning
+
+__all__ = ["check_cache_room", "check_dataset_cache", "footprints", "warn_if_thrashing"]
+
+
+def footprints(index: Index, keep_zip: bool) -> list[int]:
+    """Bytes each shard of ``index`` takes in the cache once installed."""
+    out = []
+    for shard in index.shards:
+        total = 0
+        for raw, zipped in ((shard.raw_data, shard.zip_data), (shard.raw_meta, shard.zip_meta)):
+            if raw is not None:
+                total += raw.bytes
+                if zipped is not None and keep_zip:
+                    total += zipped.bytes
+        out.append(total)
+    return out
+
+
+def check_cache_room(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, readers: int, batch_size: int) -> None:
+    """Refuse a ``cache_limit`` that cannot hold one batch of every reader of the node at once.
+
+    Args:
+        indexes: each stream's index.
+        specs: each stream's engine settings (its share of ``cache_limit``).
+        readers: processes reading on this node at once (ranks × loader workers).
+        batch_size: samples each reads at once.
+
+    Raises:
+        CacheError: naming the limit, the minimum and where it comes from.
+    """
+    for stream, (index, spec) in enumerate(zip(indexes, specs, strict=True)):
+        if spec.cache_limit is None or spec.remote is None:
+            continue  # no limit, or the user's own files (never evicted)
+        sizes = footprints(index, spec.keep_zip)
+        need = min_cache_bytes(sizes, batch_size, readers)
+        if spec.cache_limit < need:
+            top = sorted(sizes, reverse=True)[: max(1, batch_size)]
+            where = f"stream {stream} ({spec.remote}) gets {spec.cache_limit} bytes of it" if len(specs) > 1 else \
+                f"cache_limit={spec.cache_limit} bytes"
+            raise CacheError(
+                f"{where}, but this node needs at least {need} bytes: {readers} reader(s) on the node "
+                f"(ranks x loader workers) each hold one batch of {batch_size} samples, which can span "
+                f"the {len(top)} largest shards ({sum(top)} bytes), plus one shard ({top[0]} bytes) for "
+                "random access; raise cache_limit, or lower batch_size, num_workers or the shard size"
+            )
+
+
+def warn_if_thrashing(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, shuffle: bool, shuffle_algo: str,
+                      block_size: int, blocks_at_once: int) -> None:
+    """Warn when the shuffle reads across far more bytes at once than the cache holds.
+
+    A shuffle draws each of ``blocks_at_once`` (canonical nodes of this node) stretches of
+    ``block_size`` samples in random order; while it is in one, everything in it is its
+    working set. Much wider than the cache, most reads are re-downloads.
+    """
+    if not shuffle:
+        return
+    for stream, (index, spec) in enumerate(zip(indexes, specs, strict=True)):
+        if spec.cache_limit is None or spec.remote is None or not index.shards:
+            continue
+        total = sum(footprints(index, spec.keep_zip))
+        samples = max(1, sum(s.samples for s in index.shards))
+        if shuffle_algo == "naive":
+            working = total
+        else:
+            working = min(total, blocks_at_once * block_size * total // samples)
+        if working > 2 * spec.cache_limit:
+            warnings.warn(
+                f"stream {stream}: the {shuffle_algo} shuffle reads across about {working} bytes at once "
+                f"({blocks_at_once} block(s) of {block_size} samples) but cache_limit gives it "
+                f"{spec.cache_limit} bytes: most reads will download a shard again. Use a smaller "
+                f"shuffle_block_size (about {max(1, block_size * spec.cache_limit // max(1, working))} would "
+                f"fit) or a larger cache_limit (about {working} bytes)",
+                CacheWarning, stacklevel=4,
+            )
+
+
+def check_dataset_cache(config: DatasetConfig, indexes: Sequence[Index], *, readers_per_rank: int,
+                        num_canonical_nodes: int, warn: bool) -> None:
+    """:func:`check_cache_room` and (when ``warn``) :func:`warn_if_thrashing` for a dataset
+    about to begin an epoch."""
+    if config.cache_limit is None:
+        return
+    factory = config.provider(indexes)
+    world = config.unique_world
+    check_cache_room(indexes, factory.streams, readers=world.ranks_per_node * max(1, readers_per_rank),
+                     batch_size=config.batch_size or 1)
+    if warn:
+        block = resolve_shuffle_block_size(config.shuffle_block_size, num_canonical_nodes)
+        warn_if_thrashing(indexes, factory.streams, shuffle=config.shuffle, shuffle_algo=config.shuffle_algo,
+                          block_size=block, blocks_at_once=max(1, num_canonical_nodes // max(1, world.num_nodes)))
