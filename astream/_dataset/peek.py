@@ -125,6 +125,36 @@ class RemotePeek:
         source = self._sources[shard]
         return source is not None and shard not in self._off and not os.path.exists(source[1])
 
+    async def race(
+        self, shards: Int64Array, offsets: Int64Array, downloads: dict[int, asyncio.Future[str]]
+    ) -> dict[int, PeekedRecords] | None:
+        """Read the records of a batch (``shards``/``offsets`` per position) whose shards in
+        ``downloads`` are still arriving, unless those downloads finish first.
+
+        Returns:
+            The records of every shard in ``downloads``, or None: a shard cannot be read
+            ahead, a read failed, or the downloads were first (then read from the cache).
+        """
+        if not all(self.can(shard) for shard in downloads):
+            return None
+        reads = {shard: asyncio.ensure_future(self.records(shard, offsets[shards == shard])) for shard in downloads}
+        ready = list(downloads.values())
+        gathered = asyncio.gather(*reads.values())
+        # Its outcome is read below or not at all (cancelled: a CancelledError nobody wants).
+        gathered.add_done_callback(_retrieve)
+        try:
+            # Whichever comes first: the records, or every shard they are in.
+            waiting: set[asyncio.Future[Any]] = {gathered, *ready}
+            while gathered in waiting and any(f in waiting for f in ready):
+                _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if gathered.done():
+                peeked = {shard: r for shard, r in zip(reads, gathered.result(), strict=True) if r is not None}
+                if len(peeked) == len(reads):
+                    return peeked
+        finally:
+            gathered.cancel()  # the reads still running: the download was first
+        return None
+
     async def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
         """Records ``offsets`` of global shard ``shard``, or None (then wait for the download)."""
         source = self._sources[shard]
@@ -222,3 +252,8 @@ class RemotePeek:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.aclose()
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -16,12 +16,8 @@ node's readers can never hold more than one batch each; it tells the node agent 
 shard uses and its position instead, and the node downloads ahead and evicts by next
 use (:mod:`astream._dataset.provider`).
 
-Shards are read through read-only memory maps, and every page of a map that a read
-touched counts in the process's RSS until it is unmapped. The reader hands touched
-pages back (``MADV_DONTNEED``: the data stays in the page cache and a later read maps
-it again) once ``RESIDENT_BUDGET`` bytes were read, when a lease ends, and right after a
-shard is opened (opening validates every record's head), so what iterating holds is a
-few dozen megabytes, not the shards it has read.
+Shards are read through read-only memory maps whose touched pages are handed back as
+the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
 """
 
 from __future__ import annotations
@@ -36,18 +32,17 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from astream._arrays import group_positions, sorted_unique
+from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.collate import collate_samples
+from astream._dataset.collate import collate_samples, scatter_parts
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
-from astream._dataset.samples import SampleSteps
-from astream._dataset.shards import RESIDENT_BUDGET, OpenShards, leases_of
+from astream._dataset.samples import SampleSteps, apply_batch_transform
+from astream._dataset.shards import OpenShards, ResidentPages, leases_of
 from astream._format.shard import ShardReader
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
-from astream.errors import AstreamError, TransformError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -134,9 +129,7 @@ class EpochReader:
         self._requests: set[asyncio.Task[None]] = set()
         # Mapped pages: the shards read since they were last handed back, and about how
         # many bytes (records of the shard's mean size).
-        self._touched: set[int] = set()
-        self._touched_bytes = 0.0
-        self._mean_record = smap.mean_record_bytes
+        self._pages = ResidentPages(shards, smap.mean_record_bytes)
 
     async def __aenter__(self) -> EpochReader:
         return self
@@ -277,49 +270,17 @@ class EpochReader:
             return {}
         pending = self._pending(a, b)
         shards = self._shard[a:b]
-        offsets = self._offset[a:b]
         if pending:
             present = set(shards.tolist())
             pending = {shard: lease for shard, lease in pending.items() if shard in present}
-        if not pending or not all(peek.can(shard) for shard in pending):
-            self._reading_ahead = False
-            await self._ready_until(b)
-            return {}
-        reads = {shard: asyncio.ensure_future(peek.records(shard, offsets[shards == shard])) for shard in pending}
-        ready = [self._ready[lease] for lease in pending.values()]
-        gathered = asyncio.gather(*reads.values())
-        # Its outcome is read below or not at all (cancelled: a CancelledError nobody wants).
-        gathered.add_done_callback(_retrieve)
-        try:
-            # Whichever comes first: the records, or every shard they are in.
-            waiting: set[asyncio.Future[Any]] = {gathered, *ready}
-            while gathered in waiting and any(f in waiting for f in ready):
-                _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
-            if gathered.done():
-                peeked = {shard: r for shard, r in zip(reads, gathered.result(), strict=True) if r is not None}
-                if len(peeked) == len(reads):
-                    return peeked
-        finally:
-            gathered.cancel()  # the reads still running: the download was first
-        self._reading_ahead = False
+        peeked = None
+        if pending:
+            peeked = await peek.race(shards, self._offset[a:b], {s: self._ready[lease] for s, lease in pending.items()})
+        if peeked is not None:
+            return peeked
+        self._reading_ahead = False  # from the cache (or the download was first): no more ranged reads
         await self._ready_until(b)
         return {}
-
-    def _touch(self, a: int, b: int) -> None:
-        """Positions ``a:b`` were read: count the bytes mapped for them."""
-        shards = self._shard[a:b]
-        first = int(shards[0])
-        if shards[-1] == first and (b - a == 1 or (shards == first).all()):
-            self._touched.add(first)
-            self._touched_bytes += (b - a) * self._mean_record[first]
-        else:
-            uniq = sorted_unique(shards).tolist()
-            self._touched.update(uniq)
-            self._touched_bytes += float(self._mean_record[shards].sum())
-        if self._touched_bytes >= RESIDENT_BUDGET:
-            self._shards.drop_pages(self._touched)
-            self._touched.clear()
-            self._touched_bytes = 0.0
 
     async def _advance(self, position: int) -> None:
         """The consumer finished everything before ``position``: release passed leases."""
@@ -330,10 +291,7 @@ class EpochReader:
         while self._releases and self._releases[0][0] < position:
             _, lease = heapq.heappop(self._releases)
             self._held.discard(lease)
-            shard = int(self._lease_shard[lease])
-            if shard in self._touched:
-                self._shards.drop_pages((shard,))
-                self._touched.discard(shard)
+            self._pages.release(int(self._lease_shard[lease]))
             await self._node.unpin(self._key(lease))
 
     def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> ShardReader | PeekedRecords:
@@ -348,7 +306,7 @@ class EpochReader:
             return self._reader(int(shards[0]), peeked).get_batch(offsets)
         uniq, groups = group_positions(shards)
         parts = [(idx, self._reader(int(g), peeked).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
-        return _scatter(parts, b - a)
+        return scatter_parts(parts, b - a)
 
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
@@ -380,7 +338,8 @@ class EpochReader:
         else:
             batch = self._read_batch(a, b, peeked)
         if self._batch_transform is not None:
-            batch = await asyncio.get_running_loop().run_in_executor(None, _apply, self._batch_transform, batch)
+            batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
+                                                                     self._batch_transform, batch)
         return batch
 
     async def batches(
@@ -407,7 +366,7 @@ class EpochReader:
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
             batch = await self._batch(a, b, await self._fetch(a, b), collate)
-            self._touch(a, b)
+            self._pages.touched(self._shard[a:b])
             await self._advance(b)
             yield batch
 
@@ -424,7 +383,7 @@ class EpochReader:
         while a < n:
             b = min(a + size, n)
             out = await self._samples(a, b, await self._fetch(a, b))
-            self._touch(a, b)
+            self._pages.touched(self._shard[a:b])
             await self._advance(b)
             yield out
             a, size = b, min(chunk, size * 2)
@@ -440,39 +399,5 @@ class EpochReader:
             b = min(a + chunk, n)
             for sample in await self._samples(a, b, await self._fetch(a, b)):
                 yield sample
-            self._touch(a, b)
+            self._pages.touched(self._shard[a:b])
             await self._advance(b)
-
-
-def _apply(fn: Callable[[Any], Any], batch: Any) -> Any:
-    try:
-        return fn(batch)
-    except AstreamError:
-        raise
-    except Exception as exc:
-        raise TransformError(f"Loader's batch_transform raised {type(exc).__name__}: {exc}") from exc
-
-
-def _retrieve(future: asyncio.Future[Any]) -> None:
-    if not future.cancelled():
-        future.exception()
-
-
-def _scatter(parts: list[tuple[Int64Array, dict[str, Any]]], size: int) -> dict[str, Any]:
-    """Put per-shard pieces of a batch back into sequence order."""
-    out: dict[str, Any] = {}
-    for name in parts[0][1]:
-        values = [part[name] for _, part in parts]
-        if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
-            first = values[0]
-            column = np.empty((size, *first.shape[1:]), first.dtype)
-            for (idx, _), v in zip(parts, values, strict=True):
-                column[idx] = v
-            out[name] = column
-        else:
-            items: list[Any] = [None] * size
-            for (idx, _), v in zip(parts, values, strict=True):
-                for j, item in zip(idx.tolist(), list(v), strict=True):
-                    items[j] = item
-            out[name] = items
-    return out

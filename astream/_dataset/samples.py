@@ -23,7 +23,7 @@ from typing import Any
 
 from astream.errors import AstreamError, TransformError
 
-__all__ = ["SampleSteps", "inline_reads", "read_inline"]
+__all__ = ["SampleSteps", "apply_batch_transform", "inline_reads", "read_inline"]
 
 Lookup = Callable[[int], "dict[str, Any] | None"]
 
@@ -79,3 +79,13 @@ class SampleSteps:
                         f"{type(exc).__name__}: {exc}"
                     ) from exc
         return out
+
+
+def apply_batch_transform(fn: Callable[[Any], Any], batch: Any) -> Any:
+    """``Loader(batch_transform=fn)`` on one batch; the user's error becomes a TransformError."""
+    try:
+        return fn(batch)
+    except AstreamError:
+        raise
+    except Exception as exc:
+        raise TransformError(f"Loader's batch_transform raised {type(exc).__name__}: {exc}") from exc

@@ -4,6 +4,13 @@
 LRU order; :func:`drop_pages` hands a map's touched pages back to the kernel (they stay
 in the page cache); :func:`leases_of` groups a worker's sequence into the stretches for
 which each shard is pinned (see :mod:`astream._dataset.reader`).
+
+Every page of a map that a read touched counts in the process's RSS until it is unmapped.
+:class:`ResidentPages` hands a reader's touched pages back (``MADV_DONTNEED``: the data
+stays in the page cache and a later read maps it again) once ``RESIDENT_BUDGET`` bytes
+were read and when a lease ends, and :class:`OpenShards` right after a shard is opened
+(opening validates every record's head), so what iterating holds is a few dozen
+megabytes, not the shards it has read.
 """
 
 from __future__ import annotations
@@ -16,10 +23,11 @@ from collections.abc import Iterable
 import numpy as np
 import numpy.typing as npt
 
+from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
 from astream._format.shard import ShardReader
 
-__all__ = ["RESIDENT_BUDGET", "OpenShards", "drop_pages", "leases_of"]
+__all__ = ["RESIDENT_BUDGET", "OpenShards", "ResidentPages", "drop_pages", "leases_of"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -112,3 +120,36 @@ class OpenShards:
         for reader in readers:
             with contextlib.suppress(Exception):
                 reader.close()
+
+
+class ResidentPages:
+    """The pages of shard maps one reader touched, handed back every ``RESIDENT_BUDGET`` bytes.
+
+    Counts bytes as records of each shard's mean size (no per-record sums on the way).
+    """
+
+    def __init__(self, shards: OpenShards, mean_record: npt.NDArray[np.float64]) -> None:
+        self._shards = shards
+        self._mean_record = mean_record
+        self._touched: set[int] = set()
+        self._bytes = 0.0
+
+    def touched(self, shards: Int64Array) -> None:
+        """Records of ``shards`` (one entry per record read) were just read."""
+        first = int(shards[0])
+        if shards[-1] == first and (len(shards) == 1 or (shards == first).all()):
+            self._touched.add(first)
+            self._bytes += len(shards) * self._mean_record[first]
+        else:
+            self._touched.update(sorted_unique(shards).tolist())
+            self._bytes += float(self._mean_record[shards].sum())
+        if self._bytes >= RESIDENT_BUDGET:
+            self._shards.drop_pages(self._touched)
+            self._touched.clear()
+            self._bytes = 0.0
+
+    def release(self, shard: int) -> None:
+        """The reader is done with ``shard`` for now: hand its pages back at once."""
+        if shard in self._touched:
+            self._shards.drop_pages((shard,))
+            self._touched.discard(shard)
