@@ -14,6 +14,7 @@ from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
+from astream._storage.registry import register as register_storage
 from astream._storage.upload import MDSWriter
 from astream.errors import AstreamError
 
@@ -30,6 +31,7 @@ __all__ = [
     "World",
     "__version__",
     "errors",
+    "register_storage",
 ]
 
 
@@ -40,4 +42,4 @@ def _adopt(*objects: object) -> None:
             obj.__module__ = "astream"
 
 
-_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stream, StreamingDataset, World)
+_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stream, StreamingDataset, World, register_storage)

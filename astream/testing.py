@@ -19,8 +19,9 @@ import contextlib
 import fnmatch
 import os
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -115,10 +116,24 @@ class LoopbackServer:
         ranges: honour ``Range`` requests (off: always send the whole file, 200).
         allow_put: accept ``PUT`` uploads into ``root``.
         chunk_size: body bytes written at a time by the fault-injecting path.
+        ssl_context: serve HTTPS with this server context (e.g. from ``trustme``).
+        require_headers: answer 401 to a request that lacks one of these headers (or has
+            another value), as a server behind a bearer token does.
     """
 
-    def __init__(self, root: str, *, ranges: bool = True, allow_put: bool = False, chunk_size: int = 64 << 10) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        ranges: bool = True,
+        allow_put: bool = False,
+        chunk_size: int = 64 << 10,
+        ssl_context: ssl.SSLContext | None = None,
+        require_headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = os.path.realpath(root)
+        self.ssl_context = ssl_context
+        self.require_headers = dict(require_headers or {})
         self.ranges = ranges
         self.allow_put = allow_put
         self.chunk_size = chunk_size
@@ -130,7 +145,7 @@ class LoopbackServer:
     @property
     def url(self) -> str:
         """The base URL (no trailing slash)."""
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{HOST}:{self.port}"
 
     # -- faults and the log --------------------------------------------------------------------
     def add(self, fault: Fault) -> Fault:
@@ -195,6 +210,8 @@ class LoopbackServer:
 
     async def _answer(self, request: web.Request, rel: str) -> web.StreamResponse:
         path = self._resolve(rel)
+        if any(request.headers.get(k) != v for k, v in self.require_headers.items()):
+            return web.Response(status=401, text="credentials required\n")
         fault = self._take_fault(rel, "Range" in request.headers)
         if fault is not None and fault.kind == "delay":
             await asyncio.sleep(fault.seconds)
@@ -280,7 +297,7 @@ class LoopbackServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, HOST, 0)
+        site = web.TCPSite(self._runner, HOST, 0, ssl_context=self.ssl_context)
         await site.start()
         server = site._server
         assert server is not None

@@ -14,7 +14,7 @@ import threading
 import uuid
 import weakref
 from collections import OrderedDict
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -45,6 +45,8 @@ from astream._sampling.defaults import (
 )
 from astream._sampling.plan import EpochPlan
 from astream._sampling.validation import check_choice, check_int, check_optional_int
+from astream._storage.config import RemoteConfig
+from astream._storage.registry import StoragePool, configure
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError, SampleIndexError, StateError
 
@@ -59,7 +61,8 @@ class StreamingDataset:
 
     Args:
         streams: several sources mixed together (see :class:`Stream`).
-        remote: where the shards live (path, ``file://``, ``http(s)://``, ``s3://``).
+        remote: where the shards live (path, ``file://``, ``http(s)://``, ``s3://``, ``gs://``,
+            ``azure://``, ``hf://``, or a scheme a package registered).
         local: the local cache directory (the dataset itself when there is no remote).
         split: a sub-directory of both.
         download_retry: extra attempts per shard download.
@@ -85,6 +88,8 @@ class StreamingDataset:
         world: this process's place; default from the launcher's environment variables.
         run_id: separates two jobs sharing one cache folder; default from the launcher.
         coord: timeouts of node coordination and where the node agent runs.
+        storage_options: settings of the remote's backend (endpoint, credentials, headers...),
+            for ``remote=`` and for the streams that give none; see :class:`Stream`.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -121,6 +126,7 @@ class StreamingDataset:
         world: World | None = None,
         run_id: str | None = None,
         coord: CoordConfig | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.shuffle = bool(shuffle)
         self.shuffle_algo = check_choice("shuffle_algo", shuffle_algo, SHUFFLE_ALGOS)
@@ -158,12 +164,16 @@ class StreamingDataset:
                 raise ConfigError("streams must be a non-empty list of astream.Stream")
             given = list(streams)
         else:
-            given = [Stream(remote=remote, local=local, split=split)]
+            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options)]
+        self.storage_options = RemoteConfig.of(storage_options)
         self.streams = [
             s.inherit(download_retry=self.download_retry, download_timeout=self.download_timeout,
-                      validate_hash=validate_hash, keep_zip=self.keep_zip)
+                      validate_hash=validate_hash, keep_zip=self.keep_zip, storage_options=self.storage_options)
             for s in given
         ]
+        for s in self.streams:
+            if s.remote is not None:
+                configure(s.remote, s.storage_options)  # an unknown key fails here, before any I/O
         relative = [s.proportion is not None for s in self.streams]
         if any(relative) and not all(relative):
             raise ConfigError("either every stream sets proportion or none does; mixing proportion "
@@ -218,7 +228,13 @@ class StreamingDataset:
     # -- indexes -----------------------------------------------------------------------------
 
     async def _aload_indexes(self) -> list[Index]:
-        return list(await asyncio.gather(*(load_index(s.local_dir, s.remote, s.split) for s in self.streams)))
+        async def one(s: Stream) -> Index:
+            if s.remote is None or not s.remote_config:
+                return await load_index(s.local_dir, s.remote, s.split)
+            async with StoragePool(configure(s.remote, s.remote_config)) as pool:
+                return await load_index(s.local_dir, s.remote, s.split, pool=pool)
+
+        return list(await asyncio.gather(*(one(s) for s in self.streams)))
 
     # -- shape -------------------------------------------------------------------------------
 
@@ -311,6 +327,7 @@ class StreamingDataset:
                 local=s.local_dir, remote=s.remote, split=s.split, validate_hash=s.validate_hash,
                 keep_zip=bool(s.keep_zip), download_retry=int(s.download_retry or 0),
                 download_timeout=float(s.download_timeout or self.download_timeout), cache_limit=limit,
+                storage_options=s.remote_config,
             ))
         return CacheProviderFactory(tuple(specs), self.max_concurrency)
 
@@ -445,7 +462,9 @@ class StreamingDataset:
         if self._peek_sources is False:
             self._peek_sources = RemotePeek.sources_of(self.sample_map, self.streams, network=self._peek_network)
         sources = self._peek_sources
-        return RemotePeek(self.sample_map, sources) if isinstance(sources, list) else None
+        if not isinstance(sources, list):
+            return None
+        return RemotePeek(self.sample_map, sources, [s.remote_config for s in self.streams])
 
     @asynccontextmanager
     async def _sample_stream(self, chunked: bool) -> AsyncIterator[AsyncIterator[Any]]:

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream._storage.sink import FileSink, Sink
@@ -61,12 +62,15 @@ class StorageOptions:
         retry: the retry policy for transient failures.
         max_connections: connection pool size of HTTP/S3 clients.
         chunk_size: bytes read from a socket or file at a time.
+        remote: the remote's own ``storage_options`` (endpoint, credentials, headers...),
+            checked against the keys its scheme accepts (see ``registry.configure``).
     """
 
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_connections: int = 64
     chunk_size: int = 1 << 20
+    remote: RemoteConfig = EMPTY
 
     def __post_init__(self) -> None:
         from astream.errors import ConfigError
@@ -75,6 +79,8 @@ class StorageOptions:
             raise ConfigError(f"timeouts must be a Timeouts, got {type(self.timeouts).__name__}")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        if not isinstance(self.remote, RemoteConfig):
+            raise ConfigError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
         for name in ("max_connections", "chunk_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:

@@ -24,7 +24,7 @@ from typing import Any
 from astream._format.writer import MDSWriter as LocalMDSWriter
 from astream._storage.base import StorageOptions
 from astream._storage.loop import LoopThread
-from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.registry import StoragePool, configure, join_url, scheme_of
 from astream.errors import ConfigError, UploadError
 
 __all__ = ["MDSWriter", "RemoteMDSWriter"]
@@ -40,6 +40,8 @@ class MDSWriter(LocalMDSWriter):
             directory (no uploads).
         columns, compression, hashes, size_limit, exist_ok: as for :class:`MDSWriter`.
         options: timeouts and retries of the uploads.
+        storage_options: settings of the remote's backend (endpoint, credentials...), as for
+            :class:`Stream`; an unknown key is refused.
         max_concurrency: uploads in flight at once.
         max_pending: finished files allowed to wait for upload before ``write`` blocks.
 
@@ -57,6 +59,7 @@ class MDSWriter(LocalMDSWriter):
         exist_ok: bool = False,
         *,
         options: StorageOptions | None = None,
+        storage_options: Mapping[str, Any] | None = None,
         max_concurrency: int = 4,
         max_pending: int = 8,
     ) -> None:
@@ -72,6 +75,11 @@ class MDSWriter(LocalMDSWriter):
         self._thread: LoopThread | None = None
         self._pool: StoragePool | None = None
         self._limit: asyncio.Semaphore | None = None
+        remote = out[1] if isinstance(out, tuple) and len(out) == 2 else out
+        if isinstance(remote, str) and scheme_of(remote):
+            self._options = configure(remote, storage_options, self._options)  # before any file is made
+        elif storage_options:
+            raise ConfigError(f"storage_options were given but out={out!r} names no remote")
         super().__init__(out, columns, compression, hashes, size_limit, exist_ok)  # type: ignore[arg-type]
 
     # -- hooks of MDSWriter ---------------------------------------------------------------------
