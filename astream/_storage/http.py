@@ -103,7 +103,7 @@ def ssl_context(url: str, ca_bundle: str | None, verify: bool) -> ssl.SSLContext
 class HttpStorage(Storage):
     """A remote served over HTTP(S): any static file server, CDN or presigned bucket URL."""
 
-    schemes = ("http", "https")
+    schemes: tuple[str, ...] = ("http", "https")
     option_keys = frozenset({"headers", "ca_bundle", "verify_ssl"})
     #: What a refused request (401/403) tells the user to set.
     credentials_hint = "pass the credentials in storage_options={'headers': {'Authorization': ...}}"

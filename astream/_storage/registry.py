@@ -83,7 +83,7 @@ _BUILTIN: dict[str, _Entry] = {
     "http": _HTTP,
     "https": _HTTP,
     "s3": _Entry(_lazy("astream._storage.s3", "S3Storage"), _S3_KEYS, "s3"),
-    "gs": _Entry(_lazy("astream._storage.gcs", "GcsStorage"), _GCS_KEYS, "gcs"),
+    "gs": _Entry(_lazy("astream._storage.gcs", "gcs_storage"), _GCS_KEYS, "gcs"),
     "azure": _Entry(_lazy("astream._storage.azure", "AzureStorage"), _AZURE_KEYS, "azure"),
     "hf": _Entry(_lazy("astream._storage.hf", "HfStorage"), _HF_KEYS),
 }
