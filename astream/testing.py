@@ -33,6 +33,7 @@ from astream._storage.base import (
     StorageOptions,
     TransferEvents,
     check_range,
+    check_remote_size,
     range_past_end,
     with_retries,
 )
@@ -363,6 +364,7 @@ class MemoryStorage(Storage):
             if key not in bucket:
                 raise RemoteNotFoundError(f"{url}: no such object")
             data = bucket[key]
+            check_remote_size(url, len(data), size)
             step = self.options.chunk_size
             for i in range(sink.received, len(data), step):
                 ev.on_bytes(len(data[i : i + step]))

@@ -239,7 +239,7 @@ class AzureStorage(Storage):
             if len(data) < length and n == 0:
                 # Azure clamps a range that runs past the end: the object is shorter than asked.
                 props = await self._call(url, blob.get_blob_properties)
-                if int(props.size) < end:
+                if props.size is not None and int(props.size) < end:
                     raise range_past_end(url, int(props.size), start, end)
             return check_body_length(url, data, start, length)
 
