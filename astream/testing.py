@@ -17,6 +17,7 @@ import asyncio
 import collections
 import contextlib
 import fnmatch
+import hashlib
 import os
 import socket
 import ssl
@@ -29,6 +30,7 @@ from typing import Any
 from aiohttp import web
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -393,6 +395,12 @@ class MemoryStorage(Storage):
     async def exists(self, url: str) -> bool:
         bucket, key = self._locate(url)
         return key in bucket
+
+    async def stat(self, url: str) -> ObjectInfo:
+        bucket, key = self._locate(url)
+        if key not in bucket:
+            raise RemoteNotFoundError(f"{url}: no such object")
+        return ObjectInfo(len(bucket[key]), hashlib.md5(bucket[key]).hexdigest())
 
     async def put(self, local_path: str, url: str) -> None:
         bucket, key = self._locate(url)

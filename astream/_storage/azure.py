@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -250,6 +251,15 @@ class AzureStorage(Storage):
 
         async def attempt(n: int) -> bool:
             return bool(await self._call(url, blob.exists))
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def stat(self, url: str) -> ObjectInfo:
+        blob = self._blob(url)
+
+        async def attempt(n: int) -> ObjectInfo:
+            props = await self._call(url, blob.get_blob_properties)
+            return ObjectInfo(int(props.size), props.etag)
 
         return await with_retries(url, attempt, self.options, self.events)
 

@@ -38,6 +38,7 @@ from astream.errors import (
 __all__ = [
     "CONTENT_RANGE",
     "NO_EVENTS",
+    "ObjectInfo",
     "Storage",
     "StorageOptions",
     "TransferEvents",
@@ -85,6 +86,19 @@ class StorageOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a remote says about one object without sending it.
+
+    Attributes:
+        size: its length in bytes.
+        etag: the remote's version tag (an opaque string), or None where there is none.
+    """
+
+    size: int
+    etag: str | None = None
 
 
 class TransferEvents(Protocol):
@@ -242,6 +256,17 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def exists(self, url: str) -> bool:
         """Whether an object exists at ``url``."""
+
+    async def stat(self, url: str) -> ObjectInfo:
+        """The size and version tag of the object at ``url`` (one metadata request).
+
+        Raises:
+            RemoteNotFoundError: there is no such object.
+            UsageError: the backend cannot tell (the base class; backends override it).
+        """
+        from astream.errors import UsageError
+
+        raise UsageError(f"{url}: {type(self).__name__} cannot report an object's size and etag")
 
     @abc.abstractmethod
     async def put(self, local_path: str, url: str) -> None:

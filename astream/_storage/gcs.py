@@ -28,7 +28,7 @@ from urllib.parse import quote, urlsplit
 
 import aiohttp
 
-from astream._storage.base import Storage, StorageOptions, TransferEvents, Transient, with_retries
+from astream._storage.base import ObjectInfo, Storage, StorageOptions, TransferEvents, Transient, with_retries
 from astream._storage.config import RemoteConfig
 from astream._storage.http import _NETWORK_ERRORS, HttpStorage, status_error
 from astream._storage.s3 import S3Storage
@@ -134,18 +134,19 @@ class GcsStorage(HttpStorage):
     async def _request(self, url: str) -> tuple[str, dict[str, str]]:
         return f"{self._object_url(url)}?alt=media", await self._auth()
 
-    async def exists(self, url: str) -> bool:
+    async def _head(self, url: str) -> ObjectInfo | None:
         # The object's metadata (there is no HEAD of a media URL on every server).
         session = self._get_session()
         target, headers = self._object_url(url), await self._auth()
 
-        async def attempt(n: int) -> bool:
+        async def attempt(n: int) -> ObjectInfo | None:
             try:
                 async with session.get(target, headers=headers) as resp:
                     if resp.status == 404:
-                        return False
+                        return None
                     if resp.status < 300:
-                        return True
+                        meta = await resp.json(content_type=None)
+                        return ObjectInfo(int(meta["size"]), meta.get("etag") or meta.get("generation"))
                     raise self._error(url, resp)
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc

@@ -25,6 +25,7 @@ import aiohttp
 
 from astream._storage.base import (
     CONTENT_RANGE,
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -277,22 +278,35 @@ class HttpStorage(Storage):
 
         return await with_retries(url, attempt, self.options, self.events)
 
-    async def exists(self, url: str) -> bool:
+    async def _head(self, url: str) -> ObjectInfo | None:
+        """The object's size and ETag from a HEAD request; None when there is no such object."""
         session = self._get_session()
         target, headers = await self._request(url)
 
-        async def attempt(n: int) -> bool:
+        async def attempt(n: int) -> ObjectInfo | None:
             try:
                 async with session.head(target, headers=headers, allow_redirects=True) as resp:
                     if resp.status in (404, 410):
-                        return False
+                        return None
                     if resp.status < 300:
-                        return True
+                        return ObjectInfo(resp.content_length if resp.content_length is not None else -1,
+                                          resp.headers.get("ETag"))
                     raise self._error(url, resp)
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
 
         return await with_retries(url, attempt, self.options, self.events)
+
+    async def exists(self, url: str) -> bool:
+        return await self._head(url) is not None
+
+    async def stat(self, url: str) -> ObjectInfo:
+        info = await self._head(url)
+        if info is None:
+            raise RemoteNotFoundError(f"{url}: no such object; check the remote URL and the split")
+        if info.size < 0:
+            raise DownloadError(f"{url}: the server did not say how long the object is (no Content-Length)")
+        return info
 
     async def put(self, local_path: str, url: str) -> None:
         session = self._get_session()

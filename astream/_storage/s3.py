@@ -26,6 +26,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -332,6 +333,19 @@ class S3Storage(Storage):
                     return False
                 raise err from exc
             return True
+
+        return await with_retries(url, attempt, self.options, self.events)
+
+    async def stat(self, url: str) -> ObjectInfo:
+        client = await self._get_client()
+        bucket, key = self.split(url)
+
+        async def attempt(n: int) -> ObjectInfo:
+            try:
+                head = await client.head_object(Bucket=bucket, Key=key, **self._extra(bucket))
+            except Exception as exc:
+                raise self._translate(url, exc) from exc
+            return ObjectInfo(int(head["ContentLength"]), head.get("ETag"))
 
         return await with_retries(url, attempt, self.options, self.events)
 

@@ -141,6 +141,13 @@ async def test_exists_fetch_and_ranged_read(backend: Backend, prefix: str, blobs
         assert (tmp_path / "out" / "big").read_bytes() == big
         assert await storage.read_range(f"{prefix}/dir/big.bin", 7, 70007) == big[7:70007]
         assert await storage.read_range(f"{prefix}/dir/big.bin", len(big) - 10, len(big)) == big[-10:]
+        info = await storage.stat(f"{prefix}/dir/big.bin")
+        assert info.size == len(big)
+        assert info.etag
+        assert (await storage.stat(f"{prefix}/dir/big.bin")).etag == info.etag
+        assert (await storage.stat(f"{prefix}/small.bin")).size == 1000
+        with pytest.raises(RemoteNotFoundError):
+            await storage.stat(f"{prefix}/missing.bin")
 
 
 async def test_errors_are_translated(backend: Backend, prefix: str, blobs: dict[str, bytes], tmp_path: Path) -> None:
