@@ -201,6 +201,8 @@ class Storage(abc.ABC):
     """
 
     schemes: tuple[str, ...] = ()
+    #: The ``storage_options`` keys this backend reads (``register`` refuses others).
+    option_keys: frozenset[str] = frozenset()
 
     def __init__(self, options: StorageOptions | None = None, events: TransferEvents | None = None) -> None:
         self.options = options or StorageOptions()

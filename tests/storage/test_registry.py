@@ -158,3 +158,15 @@ async def test_http_headers_reach_every_request(tmp_path: Path) -> None:
             assert await storage.exists(f"{srv.url}/f.bin")
             assert await storage.read_range(f"{srv.url}/f.bin", 1, 3) == b"bc"
             assert await storage.read_bytes(f"{srv.url}/f.bin") == b"abcdef"
+
+
+def test_registry_keys_are_the_backends_own() -> None:
+    from astream._storage import registry
+    from astream._storage.azure import AzureStorage
+    from astream._storage.gcs import OPTION_KEYS
+    from astream._storage.hf import HfStorage
+    from astream._storage.s3 import S3Storage
+
+    for scheme, keys in (("http", HttpStorage.option_keys), ("s3", S3Storage.option_keys), ("gs", OPTION_KEYS),
+                         ("azure", AzureStorage.option_keys), ("hf", HfStorage.option_keys)):
+        assert registry._BUILTIN[scheme].keys == keys, scheme
