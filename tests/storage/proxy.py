@@ -32,6 +32,7 @@ class FaultProxy:
         self.upstream = upstream.rstrip("/")
         self.faults: list[Fault] = []
         self.log: list[tuple[str, str]] = []
+        self.authorizations: list[str | None] = []  # the Authorization header of each request
         self._lock = threading.Lock()
         self._thread: LoopThread | None = None
         self._runner: web.AppRunner | None = None
@@ -51,6 +52,7 @@ class FaultProxy:
         with self._lock:
             self.faults.clear()
             self.log.clear()
+            self.authorizations.clear()
 
     def count(self, match: str, method: str | None = None) -> int:
         with self._lock:
@@ -69,6 +71,7 @@ class FaultProxy:
         path = unquote(request.path_qs)
         with self._lock:
             self.log.append((request.method, path))
+            self.authorizations.append(request.headers.get("Authorization"))
         fault = self._take(path)
         if fault is not None and fault.kind == "status":
             headers = {"Retry-After": fault.retry_after} if fault.retry_after is not None else {}
