@@ -89,12 +89,14 @@ class GcsStorage(HttpStorage):
         super().__init__(options, events)
         self._gcloud = _import_gcloud()
         config = self.options.remote
-        emulator = os.environ.get("STORAGE_EMULATOR_HOST")
-        endpoint = config.text("endpoint_url", "gs://") or emulator or _PUBLIC_API
+        emulator = os.environ.get("STORAGE_EMULATOR_HOST") or None
+        explicit = config.text("endpoint_url", "gs://")
+        endpoint = explicit or emulator or _PUBLIC_API
         if not endpoint.startswith(("http://", "https://")):
-            endpoint = f"http://{endpoint}"
+            endpoint = f"http://{endpoint}"  # STORAGE_EMULATOR_HOST may be a bare host:port
         self._api = endpoint.rstrip("/")
-        self._anonymous = config.flag("anonymous", "gs://") or (emulator is not None and endpoint == emulator)
+        # An emulator takes no credentials; an explicit endpoint (a proxy, a private one) may.
+        self._anonymous = config.flag("anonymous", "gs://") or (explicit is None and emulator is not None)
         self._static_token = config.text("token", "gs://")
         self._service_file = config.text("service_file", "gs://")
         self._client: Any = None
