@@ -19,6 +19,8 @@ from astream._sampling.defaults import (
     resolve_predownload,
     resolve_shuffle_block_size,
 )
+from astream._sampling.options import PlanOptions
+from astream._sampling.order import WorkerBatches, rank_batches, round_robin, worker_batches
 from astream._sampling.partition import get_partitions
 from astream._sampling.plan import EpochPlan, plan_epoch
 from astream._sampling.shuffle import get_shuffle
@@ -31,15 +33,20 @@ __all__ = [
     "SAMPLING_METHODS",
     "SHUFFLE_ALGOS",
     "EpochPlan",
+    "PlanOptions",
     "SamplingWarning",
     "StreamSpec",
     "StreamWeights",
+    "WorkerBatches",
     "get_partitions",
     "get_shuffle",
     "plan_epoch",
+    "rank_batches",
     "resolve_num_canonical_nodes",
     "resolve_predownload",
     "resolve_shuffle_block_size",
+    "round_robin",
+    "worker_batches",
 ]
 
 for _name in __all__:

@@ -3,7 +3,7 @@
 What it does:
 
 1. Builds (once) a zstd-compressed MDS dataset of ``--size-mb`` MB (compressed) of 1 MiB
-   ``ndarray:uint8`` samples under ``--data`` (default /work/bench-data, not the repo),
+   ``ndarray:uint8`` samples under ``--data`` (default $ASTREAM_BENCH_DATA or <tmp>/astream-bench, not the repo),
    laid out as ``<data>/root/bucket/ds`` so the same files serve HTTP and path-style S3.
 2. Serves ``<data>/root`` with :class:`astream.testing.LoopbackServer` in its own process.
 3. Runs each mode ``--runs`` times in a fresh process with an empty cache, interleaved,
@@ -32,7 +32,7 @@ What it does:
 
 Usage::
 
-    /work/devvenv/bin/python benchmarks/download_bench.py --size-mb 500 --runs 3
+    ASTREAM_PEER_PYTHON=~/peer-venv/bin/python .venv/bin/python benchmarks/download_bench.py --size-mb 500 --runs 3
 """
 
 from __future__ import annotations
@@ -51,7 +51,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-PEER_PYTHON = "/work/peer-venv/bin/python"
+# The peer's interpreter (a venv with mosaicml-streaming, see docs/bench/peer.md) and the
+# folder for generated data: from the environment, else this interpreter and the temp dir.
+PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
+BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 SAMPLE = 1 << 20
 
 
@@ -235,7 +238,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--size-mb", type=int, default=500)
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--data", default="/work/bench-data")
+    parser.add_argument("--data", default=str(BENCH_DATA))
     parser.add_argument("--modes", default="raw,raw-disk,astream,astream-nofsync,mosaic-local,mosaic-s3")
     parser.add_argument("--worker", nargs=3, metavar=("MODE", "TARGET", "LOCAL"))
     args = parser.parse_args()

@@ -13,7 +13,7 @@ Reads go over the files astream wrote (byte-identical to the peer's): per-sample
 ``LocalDataset[i]`` reads the same ids. Figures are medians of ``--runs`` runs. astream's
 writer fsyncs every shard and index.json (the peer's does not); a second astream write
 row with fsync stubbed out shows what that durability costs. The peer
-side runs only where ``streaming`` is importable (e.g. /work/peer-venv/bin/python).
+side runs only where ``streaming`` is importable (a venv made as docs/bench/peer.md says).
 
     python benchmarks/format_bench.py                 # ~50 MB per dataset, 3 runs
     python benchmarks/format_bench.py --scale 0.2 --runs 5

@@ -3,7 +3,7 @@
 What it does:
 
 1. Builds (once) two uncompressed MDS datasets with astream's writer (default 64 MB shards,
-   byte-identical to the peer's) under ``--data`` (default /work/bench-data/loader, not the
+   byte-identical to the peer's) under ``--data`` (default $ASTREAM_BENCH_DATA/loader or <tmp>/astream-bench/loader, not the
    repo), laid out as ``<data>/root/bucket/<name>`` so the same files serve a local
    remote, HTTP and path-style S3:
 
@@ -37,8 +37,8 @@ What it does:
 
 Usage::
 
-    /work/devvenv/bin/python benchmarks/loader_bench.py --runs 3
-    /work/devvenv/bin/python benchmarks/loader_bench.py --runs 1 --only small --libs astream --caches warm
+    .venv/bin/python benchmarks/loader_bench.py --runs 3
+    .venv/bin/python benchmarks/loader_bench.py --runs 1 --only small --libs astream --caches warm
 """
 
 from __future__ import annotations
@@ -57,7 +57,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-PEER_PYTHON = "/work/peer-venv/bin/python"
+# The peer's interpreter (a venv with mosaicml-streaming, see docs/bench/peer.md) and the
+# folder for generated data: from the environment, else this interpreter and the temp dir.
+PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
+BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 BATCH = 32
 DATASETS = ("small", "large")
 CACHES = ("warm", "local", "http")
@@ -263,7 +266,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--workers", type=int, nargs="*", default=[0, 2],
                         help="loader worker counts, both libraries (default 0 and 2)")
-    parser.add_argument("--data", default="/work/bench-data/loader")
+    parser.add_argument("--data", default=str(BENCH_DATA / "loader"))
     parser.add_argument("--only", nargs="*", default=list(DATASETS), choices=DATASETS)
     parser.add_argument("--caches", nargs="*", default=list(CACHES), choices=CACHES)
     parser.add_argument("--hows", nargs="*", default=list(HOWS), choices=HOWS)

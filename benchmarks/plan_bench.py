@@ -4,7 +4,7 @@ Each case runs in a fresh subprocess (so peak RSS is its own); the parent prints
 The peer's side is exactly what its ``generate_work`` does for ``random`` batching
 (``resample_streams`` on the dataset, ``get_partitions``, ``get_shuffle``, two ``np.where``
 maps), fed by a stand-in dataset so no shard files are needed. It runs only where
-``streaming`` is importable (e.g. /work/peer-venv/bin/python).
+``streaming`` is importable (a venv made as docs/bench/peer.md says).
 
     python benchmarks/plan_bench.py --repeat 3           # 100M samples in 100k shards
     python benchmarks/plan_bench.py --samples 10_000_000 --shards 10_000

@@ -64,6 +64,12 @@ class SampleMap:
         return int(self.starts[-1])
 
     @property
+    def columns(self) -> dict[str, str]:
+        """Column name -> encoding, of the first stream's first shard."""
+        layout = self.layouts[0] if self.layouts else None
+        return {} if layout is None else dict(zip(layout.names, layout.specs, strict=True))
+
+    @property
     def num_shards(self) -> int:
         return len(self.layouts)
 

@@ -20,11 +20,14 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from astream._checks import check_int
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
+from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.workers import WORKER_MODES, WorkerPool
+from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
 from astream.errors import ConfigError
 
@@ -66,16 +69,16 @@ class _EpochJob:
     stand_in: ClassVar[bool] = True
 
     @asynccontextmanager
-    async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[Any]]:
+    async def open(self, worker_id: int, start_at: StartAt | None = None) -> AsyncIterator[AsyncIterator[Any]]:
         # Thread workers share the process: each gets its own copy of the dataset so open
         # shards and node clients are never shared between event loops.
         ds = pickle.loads(pickle.dumps(self.dataset)) if self.copy_dataset else self.dataset
         try:
             async with ds.open_epoch_reader(
                 self.epoch, self.offset, worker=worker_id, workers_per_rank=self.num_workers,
-                batch_size=self.batch_size,
+                batch_size=self.batch_size, drop_last=self.drop_last,
             ) as reader:
-                yield reader.batches(self.batch_size, self.drop_last, self.collate_fn)
+                yield reader.batches(self.collate_fn, start_at=start_at)
         finally:
             await ds.aclose()
 
@@ -125,10 +128,8 @@ class Loader:
                 f"Loader batch_size={size} differs from the dataset's batch_size={dataset.batch_size}; "
                 "leave one of them unset or make them equal"
             )
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) or num_workers < 0:
-            raise ConfigError(f"num_workers must be an int >= 0, got {num_workers!r}")
-        if isinstance(prefetch_batches, bool) or not isinstance(prefetch_batches, int) or prefetch_batches < 1:
-            raise ConfigError(f"prefetch_batches must be an int >= 1, got {prefetch_batches!r}")
+        num_workers = check_int("num_workers", num_workers, 0)
+        prefetch_batches = check_int("prefetch_batches", prefetch_batches, 1)
         if worker_mode not in WORKER_MODES:
             raise ConfigError(f"worker_mode={worker_mode!r} is not one of {', '.join(WORKER_MODES)}")
         if collate_fn is not None and not callable(collate_fn):
@@ -167,14 +168,17 @@ class Loader:
         self.num_samples_yielded = 0
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1,
-                                            batch_size=self.batch_size) as reader:
-                batches = reader.batches(self.batch_size, self.drop_last, self.collate_fn)
+                                            batch_size=self.batch_size, drop_last=self.drop_last) as reader:
+                batches = reader.batches(self.collate_fn)
                 yield self._counted(batches) if count else batches
             return
         job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
                         self.collate_fn, copy_dataset=self.worker_mode == "thread")
+        plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
+                       batch_size=self.batch_size)
+        schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
         async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
-                              loop_factory=new_event_loop) as pool:
+                              loop_factory=new_event_loop, schedule=schedule.tolist()) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
@@ -250,17 +254,9 @@ class Loader:
         ``dataset.get_batch``.
         """
         ds = self.dataset
-        workers = max(1, self.num_workers)
-        plan = ds.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers,
+        plan = ds.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=max(1, self.num_workers),
                        batch_size=self.batch_size)
-        per_worker = []
-        for worker in range(workers):
-            ids = plan.worker_ids(ds.world.node, ds.world.local_rank, worker)
-            ids = ids[ids >= 0]
-            stop = len(ids) - len(ids) % self.batch_size if self.drop_last else len(ids)
-            per_worker.append([ids[a : a + self.batch_size] for a in range(0, stop, self.batch_size)])
-        longest = max((len(b) for b in per_worker), default=0)
-        return [b[i] for i in range(longest) for b in per_worker if i < len(b)]
+        return rank_batches(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last)
 
     # -- resumption --------------------------------------------------------------------------
 

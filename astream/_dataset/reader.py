@@ -21,12 +21,8 @@ few dozen megabytes, not the shards it has read.
 from __future__ import annotations
 
 import asyncio
-import contextlib
-import contextvars
 import heapq
-import mmap
-from collections import OrderedDict
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -37,108 +33,22 @@ from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import shard_key
+from astream._dataset.shards import RESIDENT_BUDGET, OpenShards, leases_of
 from astream._format.shard import ShardReader
+from astream._sampling.defaults import lookahead
+from astream._sampling.order import WorkerBatches
 
-__all__ = ["EpochReader", "OpenShards", "batch_start", "leases_of"]
+__all__ = ["CHUNK", "EpochReader", "StartAt"]
 
 Int64Array = npt.NDArray[np.int64]
 
-# Set by a loader worker process: awaited when :meth:`EpochReader.batches` starts, it says how
-# many batches to skip (the consumer already has them) or -1 for none at all.
-batch_start: contextvars.ContextVar[Callable[[], Awaitable[int]] | None] = contextvars.ContextVar(
-    "astream_batch_start", default=None
-)
+# Asked once before the first batch is read (a loader worker taking over from its
+# stand-in, see :mod:`astream._dataset.handoff`): how many batches to skip because the
+# consumer has them already, or -1 for none at all.
+StartAt = Callable[[], Awaitable[int]]
 
-# Bytes read from mapped shards after which their touched pages are handed back.
-RESIDENT_BUDGET = 32 << 20
-
-
-def drop_pages(reader: ShardReader) -> None:
-    """Unmap the pages of ``reader``'s file from this process (they stay in the page cache)."""
-    buf = reader.buffer
-    if isinstance(buf, mmap.mmap) and not buf.closed:
-        with contextlib.suppress(OSError, ValueError):
-            buf.madvise(mmap.MADV_DONTNEED)
-
-
-def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int64Array]:
-    """Group the positions of each shard into leases.
-
-    Args:
-        shards: the shard of each position of the sequence.
-        gap: occurrences of a shard at most this far apart share a lease.
-
-    Returns:
-        ``(shard, start, end)`` per lease, sorted by start; ``end`` is inclusive.
-    """
-    n = len(shards)
-    if n == 0:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    # Work on runs of one shard, not on positions: an unshuffled epoch of 200k samples is a
-    # handful of runs (sorting every position took ~3 ms before the first batch). Positions
-    # inside a run are 1 apart, so a run never splits; two runs of a shard share a lease
-    # when the later one starts at most ``gap`` after the earlier one ends.
-    change = np.flatnonzero(shards[1:] != shards[:-1]) + 1
-    run_start = np.empty(len(change) + 1, np.int64)
-    run_start[0] = 0
-    run_start[1:] = change
-    run_end = np.empty_like(run_start)
-    run_end[:-1] = change - 1
-    run_end[-1] = n - 1
-    run_shard = shards[run_start]
-    order = np.argsort(run_shard, kind="stable")  # by shard, then position (a stable sort keeps it)
-    rs, rstart, rend = run_shard[order], run_start[order], run_end[order]
-    new = np.ones(len(rs), bool)
-    new[1:] = (rs[1:] != rs[:-1]) | (rstart[1:] - rend[:-1] > gap)
-    first = np.flatnonzero(new)
-    last = np.empty_like(first)
-    last[:-1] = first[1:] - 1
-    last[-1] = len(rs) - 1
-    shard, start, end = rs[first], rstart[first], rend[last]
-    by_start = np.argsort(start, kind="stable")
-    return shard[by_start], start[by_start], end[by_start]
-
-
-class OpenShards:
-    """Readers of the shards this process reads, kept open (mmap) in LRU order."""
-
-    def __init__(self, smap: SampleMap, max_open: int = 128) -> None:
-        self._smap = smap
-        self._max_open = max_open
-        self._open: OrderedDict[int, ShardReader] = OrderedDict()
-
-    def get(self, shard: int, path: str) -> ShardReader:
-        reader = self._open.get(shard)
-        if reader is not None:
-            self._open.move_to_end(shard)
-            return reader
-        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        reader = ShardReader.open(
-            path, self._smap.layouts[shard], shard=info.index, expected_samples=info.samples
-        )
-        drop_pages(reader)  # opening read the first chunk of record heads
-        self._open[shard] = reader
-        while len(self._open) > self._max_open:
-            # Dropped, not closed: a batch being decoded may still use it; the mapping
-            # goes with the last reference.
-            self._open.popitem(last=False)
-        return reader
-
-    def drop_pages(self, shards: Iterable[int]) -> None:
-        """Hand back the touched pages of these shards (those still open)."""
-        for shard in shards:
-            reader = self._open.get(shard)
-            if reader is not None:
-                drop_pages(reader)
-
-    def close(self) -> None:
-        readers = list(self._open.values())
-        self._open.clear()
-        for reader in readers:
-            with contextlib.suppress(Exception):
-                reader.close()
-
+# Samples per chunk of direct iteration (``for sample in ds``).
+CHUNK = 64
 
 class EpochReader:
     """One worker's pass over its sample ids: leases, prefetch, and reading.
@@ -148,8 +58,9 @@ class EpochReader:
     Args:
         node: this process's client of the node agent.
         smap: where every global sample id lives.
-        ids: the worker's sample ids in order (padding already dropped).
-        predownload: how many samples ahead shards are requested.
+        order: the worker's batches (its ids in order, padding dropped, and the batch
+            bounds): what :mod:`astream._sampling.order` says this worker reads.
+        predownload: how many samples ahead shards are requested (at least one read's worth).
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
         peek: reads the records of shards still downloading from the remote (None: wait).
@@ -159,7 +70,7 @@ class EpochReader:
         self,
         node: AsyncNodeClient,
         smap: SampleMap,
-        ids: Int64Array,
+        order: WorkerBatches,
         predownload: int,
         max_concurrency: int,
         shards: OpenShards,
@@ -172,10 +83,14 @@ class EpochReader:
         self._reading_ahead = peek is not None
         self._smap = smap
         self._shards = shards
-        self.ids = ids
-        self._shard, self._offset = smap.locate(ids)
-        self._predownload = max(1, predownload)
-        self._lease_shard, self._lease_start, self._lease_end = leases_of(self._shard, self._predownload)
+        self.order = order
+        # Ids of a dropped last batch are never read, so never leased.
+        self.ids = order.ids[: order.num_samples]
+        self._shard, self._offset = smap.locate(self.ids)
+        self._given_predownload = predownload
+        self._predownload = 1
+        empty = np.zeros(0, np.int64)
+        self._lease_shard, self._lease_start, self._lease_end = empty, empty, empty
         self._ready: list[asyncio.Future[str]] = []
         self._issued = 0  # leases requested so far
         self._needed = 0  # leases the consumer has waited for
@@ -194,10 +109,17 @@ class EpochReader:
         self._mean_record = smap.mean_record_bytes
 
     async def __aenter__(self) -> EpochReader:
+        return self
+
+    def _begin(self, read_size: int) -> None:
+        """Lease the sequence and start prefetching, once the size of one read is known."""
+        if self._prefetch is not None or self._ready:
+            raise RuntimeError("an EpochReader is iterated once")
+        self._predownload = lookahead(self._given_predownload, read_size)
+        self._lease_shard, self._lease_start, self._lease_end = leases_of(self._shard, self._predownload)
         loop = asyncio.get_running_loop()
         self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
         self._prefetch = loop.create_task(self._run_prefetch())
-        return self
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
@@ -379,37 +301,37 @@ class EpochReader:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
 
     async def batches(
-        self, batch_size: int, drop_last: bool, collate: Callable[[list[dict[str, Any]]], Any] | None = None
+        self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
     ) -> AsyncIterator[Any]:
-        """Yield the sequence as batches of ``batch_size`` (the last one shorter unless dropped).
+        """Yield the worker's batches, as :attr:`order` bounds them.
 
         Without ``collate`` a batch is read column-wise (vectorised); with it, samples are
-        read one by one and handed to ``collate`` as a list.
+        read one by one and handed to ``collate`` as a list. ``start_at`` is asked once,
+        before the first read, how many batches to skip (``-1``: all of them).
         """
-        n = len(self.ids)
-        self._predownload = max(self._predownload, batch_size)  # a batch must fit the look-ahead
-        stop_at = n - n % batch_size if drop_last else n
+        order = self.order
+        bounds = order.bounds
+        widest = int(np.diff(bounds).max()) if order.num_batches else 1
+        self._begin(widest)
         first = 0
-        hook = batch_start.get()
-        if hook is not None:
-            batch_start.set(None)  # for this reader only, not for any other the job opens
-            first = await hook()
+        if start_at is not None:
+            first = await start_at()
             if first < 0:
                 return
             if first:
-                await self._advance(min(first * batch_size, n))
-        for a in range(first * batch_size, stop_at, batch_size):
-            b = min(a + batch_size, n)
+                await self._advance(int(bounds[min(first, order.num_batches)]))
+        for k in range(first, order.num_batches):
+            a, b = int(bounds[k]), int(bounds[k + 1])
             peeked = await self._fetch(a, b)
             batch = self._read_batch(a, b, peeked) if collate is None else collate(self._read_each(a, b, peeked))
             self._touch(a, b)
             await self._advance(b)
             yield batch
 
-    async def chunks(self, chunk: int = 64) -> AsyncIterator[list[dict[str, Any]]]:
+    async def chunks(self, chunk: int = CHUNK) -> AsyncIterator[list[dict[str, Any]]]:
         """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
         n = len(self.ids)
-        self._predownload = max(self._predownload, chunk)
+        self._begin(chunk)
         # The first sample leaves alone, then chunks double up to ``chunk``: the caller's
         # first sample does not wait for 63 more to be decoded.
         a, size = 0, 1
@@ -421,10 +343,10 @@ class EpochReader:
             yield out
             a, size = b, min(chunk, size * 2)
 
-    async def samples(self, chunk: int = 64) -> AsyncIterator[dict[str, Any]]:
+    async def samples(self, chunk: int = CHUNK) -> AsyncIterator[dict[str, Any]]:
         """Yield the sequence one sample at a time."""
         n = len(self.ids)
-        self._predownload = max(self._predownload, chunk)
+        self._begin(chunk)
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
             peeked = await self._fetch(a, b)

@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from astream._checks import check_optional_int, check_seconds
 from astream._format.hashing import check_algorithm
 from astream._storage.config import RemoteConfig
 from astream._storage.registry import configure
@@ -86,16 +87,10 @@ class Stream:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0):
                 raise ConfigError(f"{name} must be a non-negative number, got {value!r}")
-        if self.choose is not None and (isinstance(self.choose, bool) or not isinstance(self.choose, int) or self.choose < 0):
-            raise ConfigError(f"choose must be a non-negative int, got {self.choose!r}")
-        if self.download_retry is not None and (not isinstance(self.download_retry, int) or self.download_retry < 0):
-            raise ConfigError(f"download_retry must be an int >= 0, got {self.download_retry!r}")
-        if self.download_timeout is not None and (
-            isinstance(self.download_timeout, bool)
-            or not isinstance(self.download_timeout, (int, float))
-            or self.download_timeout <= 0
-        ):
-            raise ConfigError(f"download_timeout must be a number of seconds > 0, got {self.download_timeout!r}")
+        check_optional_int("choose", self.choose, 0)
+        check_optional_int("download_retry", self.download_retry, 0)
+        if self.download_timeout is not None:
+            check_seconds("download_timeout", self.download_timeout)
         if self.validate_hash is not None:
             check_algorithm(self.validate_hash, "validate_hash")
         if self.storage_options is not None:

@@ -12,5 +12,5 @@
   ``ConfigError``, and ``SamplingWarning``.
 
 Everything here is bit-exact with MosaicML Streaming 0.13 (py1b with 0.9.1), quirks included;
-see ../shared/spec/sample-order.md for the algorithms.
+docs/sample-order.md describes the algorithms.
 """

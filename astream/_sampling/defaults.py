@@ -19,6 +19,7 @@ __all__ = [
     "PARTITION_ALGOS",
     "SAMPLING_METHODS",
     "SHUFFLE_ALGOS",
+    "lookahead",
     "resolve_num_canonical_nodes",
     "resolve_predownload",
     "resolve_shuffle_block_size",
@@ -74,3 +75,12 @@ def resolve_predownload(given: int | None, batch_size: int | None) -> int:
     if given is not None:
         return given
     return 8 * batch_size if batch_size is not None else 64
+
+
+def lookahead(predownload: int, read_size: int) -> int:
+    """Samples a reader keeps requested ahead of the consumer: at least what one read takes.
+
+    A read (a batch, or a chunk of direct iteration) waits for all of its shards, so the
+    look-ahead must cover it or the reader would wait for shards it has not asked for.
+    """
+    return max(1, predownload, read_size)

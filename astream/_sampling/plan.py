@@ -25,6 +25,8 @@ from astream._sampling.batching import (
     merge_per_stream,
     merge_stratified,
 )
+from astream._sampling.options import PlanOptions
+from astream._sampling.order import rank_batches
 from astream._sampling.partition import Partition, layout_world, make_partition
 from astream._sampling.shuffle import ShuffleParts, get_shuffle, shuffle_parts
 from astream._sampling.streams import (
@@ -34,35 +36,13 @@ from astream._sampling.streams import (
     apply_weights,
     map_ids,
     resample,
+    stream_spec,
 )
-from astream._sampling.validation import check_choice, check_int, check_optional_int
-from astream._units import parse_count
 from astream.errors import ConfigError
 
 __all__ = ["EpochPlan", "plan_epoch", "stream_spec"]
 
 Int64Array = NDArray[np.int64]
-_STREAM_KEYS = {"shard_sizes", "proportion", "repeat", "choose"}
-
-
-def stream_spec(stream: StreamSpec | Mapping[str, Any]) -> StreamSpec:
-    """Accept a :class:`StreamSpec` or a mapping with ``shard_sizes`` and optional weights.
-
-    Raises:
-        ConfigError: unknown keys, missing or negative shard sizes, or conflicting weights.
-    """
-    if isinstance(stream, StreamSpec):
-        return stream
-    unknown = set(stream) - _STREAM_KEYS
-    if unknown or "shard_sizes" not in stream:
-        raise ConfigError(
-            f"a stream is a mapping with 'shard_sizes' and optional 'proportion', 'repeat', "
-            f"'choose'; got keys {sorted(stream)}"
-        )
-    sizes = np.asarray(stream["shard_sizes"], dtype=np.int64).reshape(-1)
-    if (sizes < 0).any():
-        raise ConfigError("shard_sizes must not be negative")
-    return StreamSpec(sizes, stream.get("proportion"), stream.get("repeat"), stream.get("choose"))
 
 
 class EpochPlan:
@@ -126,31 +106,34 @@ class EpochPlan:
         sampling_granularity: int = defaults.DEFAULT_SAMPLING_GRANULARITY,
         batching_method: str = defaults.DEFAULT_BATCHING_METHOD,
     ) -> None:
-        self.shuffle = bool(shuffle)
-        self.shuffle_algo = check_choice("shuffle_algo", shuffle_algo, defaults.SHUFFLE_ALGOS)
-        self.shuffle_seed = check_int("shuffle_seed", shuffle_seed, 0)
-        self.partition_algo = check_choice("partition_algo", partition_algo, defaults.PARTITION_ALGOS)
-        self.batch_size = check_int("batch_size", batch_size, 1)
-        self.num_physical_nodes = check_int("num_physical_nodes", num_physical_nodes, 1)
-        self.ranks_per_node = check_int("ranks_per_node", ranks_per_node, 1)
-        self.workers_per_rank = check_int("workers_per_rank", workers_per_rank, 1)
-        self.epoch = check_int("epoch", epoch, 0)
-        self.sample_in_epoch = check_int("sample_in_epoch", sample_in_epoch, 0)
-        self.initial_physical_nodes = check_optional_int("initial_physical_nodes", initial_physical_nodes, 1)
-        self.sampling_method = check_choice("sampling_method", sampling_method, defaults.SAMPLING_METHODS)
-        self.sampling_granularity = check_int("sampling_granularity", sampling_granularity, 1)
-        self.batching_method = check_choice("batching_method", batching_method, defaults.BATCHING_METHODS)
-        ncn = check_optional_int("num_canonical_nodes", num_canonical_nodes, 0)
-        self.num_canonical_nodes = defaults.resolve_num_canonical_nodes(
-            ncn, self.shuffle_algo, self.num_physical_nodes
-        )
-        block = check_optional_int("shuffle_block_size", shuffle_block_size, 1)
-        self.shuffle_block_size = defaults.resolve_shuffle_block_size(block, self.num_canonical_nodes)
-        if self.shuffle and self.shuffle_algo == "py1br" and int(0.75 * self.shuffle_block_size) < 1:
-            raise ConfigError(f"shuffle_block_size must be >= 2 for py1br, got {self.shuffle_block_size}")
-        given_size = None if epoch_size is None else parse_count(epoch_size, "epoch_size")
+        self._setup(streams, PlanOptions(
+            batch_size=batch_size, shuffle=shuffle, shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed,
+            num_canonical_nodes=num_canonical_nodes, shuffle_block_size=shuffle_block_size,
+            partition_algo=partition_algo, num_physical_nodes=num_physical_nodes, ranks_per_node=ranks_per_node,
+            workers_per_rank=workers_per_rank, epoch=epoch, sample_in_epoch=sample_in_epoch,
+            initial_physical_nodes=initial_physical_nodes, epoch_size=epoch_size, sampling_method=sampling_method,
+            sampling_granularity=sampling_granularity, batching_method=batching_method,
+        ))
+
+    @classmethod
+    def of(cls, streams: Sequence[StreamSpec | Mapping[str, Any]], options: PlanOptions) -> EpochPlan:
+        """The plan of ``streams`` under validated ``options`` (what the keywords build)."""
+        plan = cls.__new__(cls)
+        plan._setup(streams, options)
+        return plan
+
+    def _setup(self, streams: Sequence[StreamSpec | Mapping[str, Any]], o: PlanOptions) -> None:
+        self.options = o
+        self.shuffle, self.shuffle_algo, self.shuffle_seed = o.shuffle, o.shuffle_algo, o.shuffle_seed
+        self.partition_algo, self.batch_size = o.partition_algo, o.batch_size
+        self.num_physical_nodes, self.ranks_per_node = o.num_physical_nodes, o.ranks_per_node
+        self.workers_per_rank, self.epoch, self.sample_in_epoch = o.workers_per_rank, o.epoch, o.sample_in_epoch
+        self.initial_physical_nodes = o.initial_physical_nodes
+        self.sampling_method, self.sampling_granularity = o.sampling_method, o.sampling_granularity
+        self.batching_method = o.batching_method
+        self.num_canonical_nodes, self.shuffle_block_size = o.resolved_ncn, o.resolved_block
         self.streams = [stream_spec(s) for s in streams]
-        self.weights: StreamWeights = apply_weights(self.streams, given_size, self.shuffle_seed)
+        self.weights: StreamWeights = apply_weights(self.streams, o.given_epoch_size, self.shuffle_seed)
         sizes = [s.num_samples for s in self.streams]
         self.stream_offsets: list[int] = [0, *np.cumsum(sizes).tolist()][:-1]
         self.num_samples = int(sum(sizes))
@@ -274,6 +257,12 @@ class EpochPlan:
             parts.map_positions(positions)
         return self.resampled.to_small(positions)
 
+    def worker_len(self, node: int, local_rank: int, worker: int) -> int:
+        """How many ids (padding aside) :meth:`worker_ids` returns, without shuffling."""
+        if self.batching_method != "random":
+            return int((self._merged[node, local_rank, worker] >= 0).sum())
+        return int((self.partition.worker(node, local_rank, worker) >= 0).sum())
+
     def _worker_shuffle(self, positions: Int64Array) -> ShuffleParts | None:
         """The shuffle's slices for these positions' canonical nodes (whole if already made).
 
@@ -297,20 +286,12 @@ class EpochPlan:
         self._last_parts = (keep, parts)
         return parts
 
-    def rank_order(self, node: int, local_rank: int) -> Int64Array:
+    def rank_order(self, node: int, local_rank: int, *, drop_last: bool = False) -> Int64Array:
         """The sample ids a rank's loader returns, in order, padding dropped.
 
-        Each worker yields its ids without ``-1``, cut into batches of ``batch_size``; the
-        loader takes one batch from each worker in turn, skipping exhausted workers (the
-        torch DataLoader's round-robin that MosaicML's resumption arithmetic assumes).
+        The batches of :func:`astream._sampling.order.rank_batches`, concatenated.
         """
-        per_worker = [self.worker_ids(node, local_rank, w) for w in range(self.workers_per_rank)]
-        batches = []
-        for ids in per_worker:
-            kept = ids[ids >= 0]
-            batches.append([kept[i : i + self.batch_size] for i in range(0, len(kept), self.batch_size)])
-        longest = max(len(b) for b in batches)
-        order = [b[i] for i in range(longest) for b in batches if i < len(b)]
+        order = rank_batches(self, node, local_rank, drop_last=drop_last)
         return np.concatenate(order) if order else np.zeros(0, np.int64)
 
     # --- the merged batching methods --------------------------------------------------------------

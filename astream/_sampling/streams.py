@@ -15,8 +15,9 @@ which must stay a separate call to keep MosaicML's random stream.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.random  # numpy loads it lazily: with the module, not in the first epoch plan (~5 ms)
@@ -25,7 +26,14 @@ from numpy.typing import NDArray
 from astream.errors import ConfigError
 
 __all__ = [
-    "Resampled", "StreamSpec", "StreamWeights", "apply_weights", "map_ids", "resample", "shard_counts",
+    "Resampled",
+    "StreamSpec",
+    "StreamWeights",
+    "apply_weights",
+    "map_ids",
+    "resample",
+    "shard_counts",
+    "stream_spec",
 ]
 
 Int64Array = NDArray[np.int64]
@@ -284,3 +292,26 @@ def resample(
         picked.sort()
         small[start : start + len(picked)] = picked + starts[shard]
     return Resampled(units, small, 0)
+
+
+_STREAM_KEYS = {"shard_sizes", "proportion", "repeat", "choose"}
+
+
+def stream_spec(stream: StreamSpec | Mapping[str, Any]) -> StreamSpec:
+    """Accept a :class:`StreamSpec` or a mapping with ``shard_sizes`` and optional weights.
+
+    Raises:
+        ConfigError: unknown keys, missing or negative shard sizes, or conflicting weights.
+    """
+    if isinstance(stream, StreamSpec):
+        return stream
+    unknown = set(stream) - _STREAM_KEYS
+    if unknown or "shard_sizes" not in stream:
+        raise ConfigError(
+            f"a stream is a mapping with 'shard_sizes' and optional 'proportion', 'repeat', "
+            f"'choose'; got keys {sorted(stream)}"
+        )
+    sizes = np.asarray(stream["shard_sizes"], dtype=np.int64).reshape(-1)
+    if (sizes < 0).any():
+        raise ConfigError("shard_sizes must not be negative")
+    return StreamSpec(sizes, stream.get("proportion"), stream.get("repeat"), stream.get("choose"))

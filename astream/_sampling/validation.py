@@ -1,48 +1,7 @@
-"""Checks of sampling parameters that raise :class:`~astream.errors.ConfigError`.
-
-Every check names the parameter and says what is allowed, so a bad configuration is
-reported before a single byte is downloaded.
-"""
+"""Checks of sampling parameters (the package-wide ones of :mod:`astream._checks`)."""
 
 from __future__ import annotations
 
-import numbers
-from collections.abc import Collection
+from astream._checks import check_choice, check_int, check_optional_int, check_seconds
 
-from astream.errors import ConfigError
-
-__all__ = ["check_choice", "check_int", "check_optional_int"]
-
-
-def check_choice(name: str, value: object, allowed: Collection[str]) -> str:
-    """Return ``value`` if it is one of ``allowed``.
-
-    Raises:
-        ConfigError: ``value`` is not one of ``allowed``.
-    """
-    if not isinstance(value, str) or value not in allowed:
-        choices = ", ".join(repr(a) for a in allowed)
-        raise ConfigError(f"{name}={value!r} is not supported; use one of {choices}")
-    return value
-
-
-def check_int(name: str, value: object, minimum: int = 0) -> int:
-    """Return ``value`` as an ``int`` if it is an integer ``>= minimum``.
-
-    NumPy integers are accepted (shard sizes often are); bools and floats are not, because
-    a ``True`` batch size or a ``2.5`` seed is always a mistake.
-
-    Raises:
-        ConfigError: ``value`` is not an integer, or is below ``minimum``.
-    """
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {value!r}")
-    result = int(value)
-    if result < minimum:
-        raise ConfigError(f"{name} must be an integer >= {minimum}, got {result}")
-    return result
-
-
-def check_optional_int(name: str, value: object, minimum: int = 0) -> int | None:
-    """Like :func:`check_int`, but ``None`` passes through unchanged."""
-    return None if value is None else check_int(name, value, minimum)
+__all__ = ["check_choice", "check_int", "check_optional_int", "check_seconds"]

@@ -20,8 +20,6 @@ from astream._format.index import Index
 from astream._storage import StorageOptions
 from astream.testing import LoopbackServer
 
-BOTH_LOOPS = True
-
 Dataset = tuple[Path, Index]
 
 

@@ -26,8 +26,6 @@ from astream.errors import (
 )
 from astream.testing import Fault, LoopbackServer, memory_bucket
 
-BOTH_LOOPS = True
-
 Dataset = tuple[Path, Index]
 
 

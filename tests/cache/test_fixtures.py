@@ -1,4 +1,4 @@
-"""The engine on datasets written by mosaicml-streaming 0.13 (../shared/fixtures), every codec."""
+"""The engine on datasets written by mosaicml-streaming 0.13 (tests/fixtures), every codec."""
 # ruff: noqa: ASYNC240, SIM117
 
 from __future__ import annotations

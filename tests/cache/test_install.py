@@ -18,8 +18,6 @@ from astream._format.compression import get_codec
 from astream._storage import StorageOptions
 from astream.errors import CacheError, DownloadError
 
-BOTH_LOOPS = True
-
 RAW = os.urandom(300_000) * 3 + bytes(200_000)  # compressible, > several output windows
 
 

@@ -18,8 +18,6 @@ from astream._storage import StorageOptions
 from astream.errors import CacheError, ConfigError, RemoteNotFoundError
 from astream.testing import Fault, LoopbackServer
 
-BOTH_LOOPS = True
-
 Dataset = tuple[Path, Index]
 
 

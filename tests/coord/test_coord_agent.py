@@ -27,8 +27,6 @@ from astream._coord.wire import HEADER, FrameDecoder, encode
 from astream._coord.world import World
 from astream.errors import BarrierTimeout, ConfigError, CoordinationError, DownloadError, UsageError
 
-BOTH_LOOPS = True
-
 
 def _no_factory() -> Any:
     raise AssertionError("the test's agent is already running; no client may start one")

@@ -23,7 +23,8 @@ def _kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     return {k: cfg[k] for k in keys if k in cfg}
 
 
-E2E = [c["name"] for c in json.loads((Path(__file__).resolve().parents[3] / "shared/fixtures/orders/e2e.json")
+ORDERS = Path(__file__).resolve().parents[1] / "fixtures" / "orders"
+E2E = [c["name"] for c in json.loads((ORDERS / "e2e.json")
                                       .read_text())["cases"]]
 
 
@@ -51,7 +52,7 @@ async def test_recorded_orders_two_epochs(fixtures_dir: Path, tmp_path: Path, na
 
 RESUME = [
     (c["name"], i)
-    for c in json.loads((Path(__file__).resolve().parents[3] / "shared/fixtures/orders/resume.json").read_text())["cases"]
+    for c in json.loads((ORDERS / "resume.json").read_text())["cases"]
     for i in range(len(c["resumed_runs"]))
 ]
 

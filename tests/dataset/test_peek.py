@@ -193,7 +193,7 @@ def test_peek_urls_follow_the_rules(slow_server: LoopbackServer, tmp_path: Path)
         assert sources[0] == (f"{slow_server.url}/shard.00000.mds", str(tmp_path / "cache" / "shard.00000.mds"))
         # A loader's worker process reads ahead from local-directory remotes only.
         assert RemotePeek.sources_of(ds.sample_map, ds.streams, network=False) is None
-        assert pickle.loads(pickle.dumps(ds))._remote_peek() is None
+        assert pickle.loads(pickle.dumps(ds)).session.remote_peek() is None
     finally:
         ds.close()
 

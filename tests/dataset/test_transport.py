@@ -12,6 +12,7 @@ from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from multiprocessing.connection import Connection
+from typing import Any
 
 import numpy as np
 import pytest
@@ -178,7 +179,7 @@ class BigJob:
     die_after: int = 0
 
     @asynccontextmanager
-    async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
+    async def open(self, worker_id: int, start_at: Any = None) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
         async def gen() -> AsyncIterator[dict[str, np.ndarray]]:
             for i in range(self.counts[worker_id]):
                 if worker_id == self.die_worker and i == self.die_after:
@@ -220,7 +221,7 @@ async def test_early_close_with_large_batches_in_flight() -> None:
             got += 1
             if got == 5:
                 break
-    for proc in pool._procs:
-        assert not proc.is_alive()
-    for thread in pool._threads:
+    for worker in pool._processes:
+        assert not worker.proc.is_alive()
+    for thread in [*pool._threads, *(w.thread for w in pool._processes if w.thread is not None)]:
         assert not thread.is_alive()

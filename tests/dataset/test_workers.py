@@ -52,9 +52,9 @@ async def test_early_close_stops_workers(mode: str) -> None:
             got += 1
             if got == 5:
                 break
-    for proc in pool._procs:
-        assert not proc.is_alive()
-    for thread in pool._threads:
+    for worker in pool._processes:
+        assert not worker.proc.is_alive()
+    for thread in [*pool._threads, *(w.thread for w in pool._processes if w.thread is not None)]:
         assert not thread.is_alive()
 
 
@@ -75,7 +75,7 @@ async def test_close_finishes_even_when_cancelled_midway() -> None:
         closing.cancel()
         with pytest.raises(asyncio.CancelledError):
             await closing
-    assert all(conn.closed for conn in pool._conns)
-    assert all(channel.fileno() == -1 for channel in pool._channels)
-    for proc in pool._procs:
-        assert not proc.is_alive()
+    assert all(worker.conn.closed for worker in pool._processes)
+    assert all(worker.channel.fileno() == -1 for worker in pool._processes if worker.channel is not None)
+    for worker in pool._processes:
+        assert not worker.proc.is_alive()

@@ -8,6 +8,7 @@ import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -22,7 +23,7 @@ class RangeJob:
     die_worker: int | None = None
 
     @asynccontextmanager
-    async def open(self, worker_id: int) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
+    async def open(self, worker_id: int, start_at: Any = None) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
         async def gen() -> AsyncIterator[dict[str, np.ndarray]]:
             for i in range(self.counts[worker_id]):
                 if worker_id == self.fail_worker and i == self.fail_after:

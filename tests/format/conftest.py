@@ -9,5 +9,5 @@ import pytest
 
 @pytest.fixture(scope="session")
 def mds_dir(fixtures_dir: Path) -> Path:
-    """../shared/fixtures/mds: datasets written by mosaicml-streaming 0.13."""
+    """tests/fixtures/mds: datasets written by mosaicml-streaming 0.13."""
     return fixtures_dir / "mds"

@@ -10,7 +10,7 @@ from typing import Any
 
 import numpy as np
 
-FIXTURES = Path(__file__).resolve().parents[2].parent / "shared" / "fixtures" / "mds"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures" / "mds"
 
 
 def _manifest() -> dict[str, Any]:

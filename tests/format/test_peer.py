@@ -1,7 +1,7 @@
 """Datasets written by astream read back by mosaicml-streaming (skipped when it is absent).
 
 mosaicml-streaming pulls in torch, so it is never a dependency of astream or of the
-default test set; run these with an interpreter that has it (see ../shared/PEER.md).
+default test set; run these with an interpreter that has it (see docs/bench/peer.md).
 """
 
 from __future__ import annotations

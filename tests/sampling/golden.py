@@ -1,4 +1,4 @@
-"""Access to the golden orders recorded from mosaicml-streaming 0.13 (../shared/fixtures/orders)."""
+"""Access to the golden orders recorded from mosaicml-streaming 0.13 (tests/fixtures/orders)."""
 
 from __future__ import annotations
 
@@ -12,14 +12,14 @@ import pytest
 
 from astream.sampling import EpochPlan
 
-ORDERS = Path(__file__).resolve().parents[3] / "shared" / "fixtures" / "orders"
+ORDERS = Path(__file__).resolve().parents[1] / "fixtures" / "orders"
 
 
 @cache
 def _load_json(name: str) -> Any:
     path = ORDERS / name
     if not path.is_file():
-        pytest.fail(f"golden orders not found at {path}; shared/ must sit beside the repository")
+        pytest.fail(f"golden orders not found at {path}; see tests/fixtures/README.md")
     return json.loads(path.read_text())
 
 

@@ -2,7 +2,7 @@
 
 Skipped unless ``streaming`` is importable, e.g.::
 
-    /work/peer-venv/bin/python -m pytest tests/sampling -m peer
+    <peer venv>/bin/python -m pytest tests/sampling -m peer   # docs/bench/peer.md
 """
 
 from __future__ import annotations

@@ -264,20 +264,23 @@ async def test_gcs_service_account_from_google_application_credentials(
 
 async def test_azure_sas_token_and_a_public_container(azure_url: str, tmp_path: Path) -> None:
     import datetime
+    import uuid
 
     from azure.storage.blob import BlobServiceClient, generate_container_sas
 
+    public_name = f"public-{uuid.uuid4().hex[:8]}"
     service = BlobServiceClient.from_connection_string(azurite_connection_string(azure_url))
-    service.create_container("public", public_access="blob")
-    service.get_blob_client("public", "k/a.bin").upload_blob(b"open data")
+    service.create_container(public_name, public_access="blob")
+    service.get_blob_client(public_name, "k/a.bin").upload_blob(b"open data")
     sas = generate_container_sas(AZURITE_ACCOUNT, "astream-test", account_key=AZURITE_KEY, permission="rwc",
                                  expiry=datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(hours=1))
     endpoint = f"{azure_url}/{AZURITE_ACCOUNT}"
     with_sas = configure("azure://astream-test", {"account_name": AZURITE_ACCOUNT, "sas_token": sas,
                                                   "endpoint_url": endpoint}, FAST)
     assert await _roundtrip("azure://astream-test/sas/a.bin", with_sas, tmp_path) == b"payload-" * 1000
-    public = configure("azure://public", {"anonymous": True, "endpoint_url": endpoint}, FAST)
+    blob = f"azure://{public_name}/k/a.bin"
+    public = configure(blob, {"anonymous": True, "endpoint_url": endpoint}, FAST)
     async with StoragePool(public) as pool:
-        storage = pool.get("azure://public/k/a.bin")
-        assert await storage.read_bytes("azure://public/k/a.bin") == b"open data"
-        assert (await storage.stat("azure://public/k/a.bin")).size == 9
+        storage = pool.get(blob)
+        assert await storage.read_bytes(blob) == b"open data"
+        assert (await storage.stat(blob)).size == 9

@@ -15,8 +15,6 @@ from astream._storage.http import HttpStorage
 from astream.errors import DownloadError, DownloadTimeout, RemoteNotFoundError, UploadError, UsageError
 from astream.testing import Fault, LoopbackServer, free_port
 
-BOTH_LOOPS = True
-
 
 class Events:
     def __init__(self) -> None:

@@ -19,8 +19,6 @@ from astream._storage.loop import LoopThread, new_event_loop, run, within
 from astream.errors import ConfigError, DownloadError, RemoteNotFoundError, UploadError
 from astream.testing import MemoryStorage, memory_bucket, moto_s3
 
-BOTH_LOOPS = True
-
 
 async def test_local_and_file_urls(tmp_path: Path, files: dict[str, bytes], options: StorageOptions) -> None:
     remote = tmp_path / "remote"

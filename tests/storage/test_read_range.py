@@ -30,8 +30,6 @@ from astream.errors import (
 )
 from astream.testing import Fault, LoopbackServer, MemoryStorage, memory_bucket
 
-BOTH_LOOPS = True
-
 BAD_BOUNDS: list[tuple[Any, Any]] = [(-1, 5), (10, 9), (True, 5), (0, 2.5)]
 
 

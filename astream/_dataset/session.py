@@ -1,0 +1,137 @@
+"""``NodeSession``: what one process holds to read a dataset — never pickled — and random access through it.
+
+One node client per event loop (a loop's client is never shared with another loop),
+the open shard readers, the sources for reading ahead of downloads, and the cache of
+epoch plans. A dataset makes a fresh session in every process it is unpickled in.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import weakref
+from collections import OrderedDict
+from collections.abc import Callable, Hashable
+from typing import Any
+
+import numpy as np
+
+from astream._coord.client import AsyncNodeClient
+from astream._dataset.config import DatasetConfig
+from astream._dataset.layout import SampleMap
+from astream._dataset.peek import RemotePeek
+from astream._dataset.provider import shard_key
+from astream._dataset.reader import EpochReader
+from astream._dataset.shards import OpenShards
+from astream._format.index import Index
+from astream._sampling.order import WorkerBatches
+from astream._sampling.plan import EpochPlan
+
+__all__ = ["NodeSession", "main_member"]
+
+# Plans kept per process: a plan caches its epoch's shuffle, which every query of the
+# epoch (len, batch_ids, the readers) shares; recomputing it costs tens of milliseconds.
+_PLANS_KEPT = 4
+
+
+def main_member(rank: int) -> str:
+    """The name of a rank's own process at the node's barriers (workers are ``rank<r>.worker<w>``)."""
+    return f"rank{rank}.main"
+
+
+class NodeSession:
+    """This process's node clients, open shards, read-ahead sources and plans.
+
+    Args:
+        network_peek: reads ahead of downloads may go over the network (off in loader
+            worker processes, where importing the HTTP client costs more than it saves).
+    """
+
+    def __init__(self, config: DatasetConfig, indexes: list[Index], smap: SampleMap, *, network_peek: bool) -> None:
+        self._config = config
+        self._indexes = indexes
+        self._smap = smap
+        self._network_peek = network_peek
+        self._clients: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, AsyncNodeClient] = (
+            weakref.WeakKeyDictionary()
+        )
+        self.shards = OpenShards(smap)
+        self._peek_sources: list[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
+        self._plans: OrderedDict[Hashable, EpochPlan] = OrderedDict()
+        self._plans_lock = threading.Lock()
+
+    def plan(self, key: Hashable, build: Callable[[], EpochPlan]) -> EpochPlan:
+        """The plan for ``key``, built once while it stays among the last few used."""
+        with self._plans_lock:
+            plan = self._plans.get(key)
+            if plan is not None:
+                self._plans.move_to_end(key)
+                return plan
+        plan = build()
+        with self._plans_lock:
+            self._plans[key] = plan
+            while len(self._plans) > _PLANS_KEPT:
+                self._plans.popitem(last=False)
+        return plan
+
+    async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
+        """This process's client of the node agent for the running loop (joined on first use)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            cfg = self._config
+            world = cfg.unique_world.with_worker(worker, workers_per_rank)
+            client = AsyncNodeClient(
+                cfg.streams[0].local_dir, cfg.provider(self._indexes), run_id=cfg.run_id, world=world,
+                member=main_member(world.rank) if role == "main" else world.member, config=cfg.coord_config(),
+            )
+            # Registered before it connects, so concurrent callers share one client.
+            self._clients[loop] = client
+            try:
+                await client.aconnect()
+            except BaseException:
+                if self._clients.get(loop) is client:
+                    del self._clients[loop]
+                await client.aclose()
+                raise
+        return client
+
+    async def aclose(self) -> None:
+        """Leave the node for the running loop; idempotent."""
+        client = self._clients.pop(asyncio.get_running_loop(), None)
+        if client is not None:
+            await client.aclose()
+
+    def remote_peek(self) -> RemotePeek | None:
+        """Ranged reads of shards still downloading, for one reader (see :mod:`astream._dataset.peek`)."""
+        if self._peek_sources is False:
+            self._peek_sources = RemotePeek.sources_of(self._smap, list(self._config.streams),
+                                                       network=self._network_peek)
+        sources = self._peek_sources
+        if not isinstance(sources, list):
+            return None
+        return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
+
+    def reader(self, node: AsyncNodeClient, order: WorkerBatches, predownload: int) -> EpochReader:
+        """A reader of ``order`` through this process's open shards (use ``async with``)."""
+        return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
+                           peek=self.remote_peek())
+
+    async def read_sample(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` (checked), its shard pinned while it is read."""
+        shard, offset = self._smap.locate_one(index)
+        node = await self.node()
+        key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
+        path = await node.ensure(key, pin=True)
+        try:
+            return self.shards.get(shard, path).get(offset)
+        finally:
+            await node.unpin(key)
+
+    async def read_batch(self, ids: np.ndarray) -> dict[str, Any]:
+        """Samples ``ids`` (checked) as one batch, through a reader of their own."""
+        order = WorkerBatches.of(ids, max(1, len(ids)))
+        async with EpochReader(await self.node(), self._smap, order, len(ids), self._config.max_concurrency,
+                               self.shards) as reader:
+            batches = [b async for b in reader.batches()]
+        return batches[0] if batches else {}

@@ -1,0 +1,241 @@
+"""Worker processes: starting them, and carrying their messages to the consumer.
+
+Processes start with ``forkserver`` (``spawn`` where it is missing): never a plain
+fork, because the parent may already run an event loop and threads (uvloop and
+aiohttp are not fork-safe). The forkserver preloads the job's module, so a worker is a
+fork of an interpreter that has imported astream already, not a fresh import each.
+
+Each worker has a pipe for its messages (large buffers go as anonymous files over a
+Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
+control pipe for the hand-off (:mod:`astream._dataset.handoff`). A helper thread per
+worker starts the process and reads its pipe; what it reads goes to the pool through
+the narrow :class:`PoolSide` interface. A worker that dies (SIGKILL, segfault) is
+noticed by its pipe closing and reported as an error message, never a hang.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import pickle
+import socket
+import threading
+from collections.abc import Callable
+from multiprocessing.connection import Connection
+from typing import Any, Protocol
+
+from astream._dataset.handoff import worker_start_at
+from astream._dataset.job import WorkerJob, produce
+from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
+
+try:
+    import fcntl
+except ImportError:  # pragma: no cover - Windows
+    fcntl = None  # type: ignore[assignment]
+
+__all__ = ["PoolSide", "ProcessWorker", "process_context"]
+
+# Bytes a worker's pipe holds (Linux; the default is 64 KiB): room for dozens of small
+# batches, so a worker runs ahead while the consumer waits for a time slice, and big
+# batches cross in a few writes instead of one per 64 KiB.
+_PIPE_BYTES = 1 << 20
+
+
+def process_context(preload: str | None = None) -> mp.context.BaseContext:
+    """The multiprocessing context workers start with, preloading module ``preload``."""
+    methods = mp.get_all_start_methods()
+    if "forkserver" not in methods:
+        return mp.get_context("spawn")
+    ctx = mp.get_context("forkserver")
+    if preload:
+        # Takes effect when the forkserver starts (the first time any forkserver process
+        # starts here); the modules already asked for, ``__main__`` by default, stay.
+        from multiprocessing import forkserver
+
+        current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
+        if preload not in current:
+            with contextlib.suppress(Exception):
+                ctx.set_forkserver_preload([*current, preload])
+    return ctx
+
+
+def _socket_of(conn: Connection) -> socket.socket:
+    """The socket under a duplex connection (which is closed)."""
+    sock = socket.socket(fileno=os.dup(conn.fileno()))
+    conn.close()
+    return sock
+
+
+def _widen(conn: Connection) -> None:
+    set_size = getattr(fcntl, "F_SETPIPE_SZ", None) if fcntl is not None else None
+    if set_size is not None:
+        with contextlib.suppress(OSError, ValueError):
+            fcntl.fcntl(conn.fileno(), set_size, _PIPE_BYTES)
+
+
+def _process_main(
+    payload: bytes, worker_id: int, conn: Connection, loop_factory: Callable[[], Any],
+    control: Connection | None = None, files: Connection | None = None,
+) -> None:
+    job: WorkerJob = pickle.loads(payload)
+    loop = loop_factory()
+    writer: PipeWriter | None = None
+    channel = _socket_of(files) if files is not None else None
+
+    async def emit(msg: tuple[str, Any]) -> None:
+        # Written from the loop without blocking it (a full pipe suspends this task only:
+        # that is the back-pressure, and the loop keeps prefetching shards meanwhile).
+        nonlocal writer
+        if writer is None:
+            writer = await PipeWriter.open(conn, channel)
+        await writer.send(msg)
+
+    async def main() -> None:
+        try:
+            start_at = worker_start_at(emit, control, loop) if control is not None else None
+            await produce(job, worker_id, emit, start_at)
+        finally:
+            if writer is not None:
+                await writer.aclose()
+
+    try:
+        loop.run_until_complete(main())
+    except (BrokenPipeError, ConnectionError, EOFError, KeyboardInterrupt):
+        pass  # the consumer went away; nothing left to report to
+    finally:
+        loop.close()
+        conn.close()
+        if control is not None:
+            control.close()
+        if channel is not None:
+            channel.close()
+
+
+class PoolSide(Protocol):
+    """What a worker's reader thread needs of the pool (all callable from that thread)."""
+
+    stopping: threading.Event
+    launch: threading.Event
+
+    def take_slot(self, wid: int) -> bool: ...
+
+    def hand_over(self, wid: int, msg: tuple[str, Any]) -> bool: ...
+
+    def decide_start(self, wid: int, msg: tuple[str, Any]) -> int | None: ...
+
+    def start_failed(self, wid: int, msg: tuple[str, Any]) -> None: ...
+
+
+class ProcessWorker:
+    """One worker process, its pipes, and the helper thread that starts and reads it."""
+
+    def __init__(
+        self, ctx: mp.context.BaseContext, payload: bytes, wid: int, loop_factory: Callable[[], Any],
+        with_control: bool,
+    ) -> None:
+        self.wid = wid
+        self.conn, child = ctx.Pipe(duplex=False)
+        _widen(self.conn)
+        self.control: Connection | None = None
+        control_in: Connection | None = None
+        if with_control:
+            control_in, self.control = ctx.Pipe(duplex=False)
+        self.channel: socket.socket | None = None
+        files_in: Connection | None = None
+        if fd_passing_supported():
+            files_out, files_in = ctx.Pipe(duplex=True)  # a Unix socket pair
+            self.channel = _socket_of(files_out)
+        self.proc = ctx.Process(  # type: ignore[attr-defined]
+            target=_process_main, args=(payload, wid, child, loop_factory, control_in, files_in),
+            name=f"astream-worker-{wid}", daemon=True,
+        )
+        self._child_ends = (child, control_in, files_in)
+        self.thread: threading.Thread | None = None
+
+    def start_thread(self, pool: PoolSide) -> None:
+        # The helper thread starts the process: the first start also starts the forkserver,
+        # which takes as long as an interpreter's start and imports, and the consumer's
+        # loop must not wait for that (stand-ins work meanwhile).
+        self.thread = threading.Thread(target=self._start_and_read, args=(pool,),
+                                       name=f"astream-reader-{self.wid}", daemon=True)
+        self.thread.start()
+
+    def _close_child_ends(self) -> None:
+        for end in self._child_ends:
+            if end is not None:
+                end.close()  # so that the worker's death closes the pipe for us
+
+    def _start_and_read(self, pool: PoolSide) -> None:
+        while not pool.launch.wait(0.2):
+            if pool.stopping.is_set():
+                break
+        if pool.stopping.is_set():
+            self._close_child_ends()
+            return
+        try:
+            self.proc.start()
+        except BaseException as exc:
+            pool.start_failed(self.wid, ("error", f"loader worker {self.wid} could not start: {exc!r}"))
+            return
+        finally:
+            self._close_child_ends()
+        if pool.stopping.is_set():  # closed while it started: the close may have missed it
+            self.proc.terminate()
+            return
+        if self.control is not None:
+            msg = self._recv(pool)
+            if msg is None:
+                return
+            start = pool.decide_start(self.wid, msg)
+            if start is None or start < 0:
+                return  # stopping, or the stand-in did it all (or it failed): nothing more to read
+        while pool.take_slot(self.wid):
+            msg = self._recv(pool)
+            if msg is None or not pool.hand_over(self.wid, msg) or msg[0] != "batch":
+                return
+
+    def _recv(self, pool: PoolSide) -> tuple[str, Any] | None:
+        wid, proc = self.wid, self.proc
+        try:
+            msg: tuple[str, Any] = recv_object(self.conn, self.channel)
+        except TransportError as exc:
+            if pool.stopping.is_set():
+                return None
+            msg = ("error", f"loader worker {wid} (pid {proc.pid}): a batch could not be received: {exc}")
+        except (EOFError, OSError):
+            if pool.stopping.is_set():
+                return None
+            proc.join(timeout=5)
+            msg = (
+                "error",
+                f"loader worker {wid} (pid {proc.pid}) died without a word "
+                f"(exit code {proc.exitcode}); it was killed or crashed in native code",
+            )
+        return msg
+
+    def terminate(self) -> None:
+        if self.proc.is_alive():
+            self.proc.terminate()  # its end of the pipe closes, which wakes the reader thread
+
+    def join(self) -> None:
+        """Join the reader thread and the process (bounded: every join has a timeout)."""
+        if self.thread is not None:
+            self.thread.join(timeout=5)
+        proc = self.proc
+        if proc._popen is None:  # never started
+            return
+        if proc.is_alive():
+            proc.terminate()
+        proc.join(timeout=5)
+        if proc.is_alive():
+            proc.kill()
+            proc.join(timeout=5)
+
+    def close(self) -> None:
+        """Close the consumer's ends (only after :meth:`join`: closing under a reading thread is not safe)."""
+        self.conn.close()
+        if self.control is not None:
+            self.control.close()
+        if self.channel is not None:
+            self.channel.close()
