@@ -12,6 +12,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
+from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
 from astream._storage.registry import register as register_storage
@@ -26,6 +27,7 @@ __all__ = [
     "Loader",
     "LocalDataset",
     "MDSWriter",
+    "Stats",
     "Stream",
     "StreamingDataset",
     "World",
@@ -42,4 +44,4 @@ def _adopt(*objects: object) -> None:
             obj.__module__ = "astream"
 
 
-_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stream, StreamingDataset, World, register_storage)
+_adopt(CoordConfig, LocalDataset, Loader, MDSWriter, Stats, Stream, StreamingDataset, World, register_storage)

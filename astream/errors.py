@@ -35,6 +35,7 @@ builtin exception describes the same failure, the astream class inherits it too,
     │   └── ProtocolError                   a peer sent bytes that are not a valid message
     │       └── VersionMismatch             the peer runs another astream version
     ├── StateError (ValueError)             a resumption state does not fit this dataset/world
+    ├── TransformError                      a transform or a subclass's __getitem__ raised on a sample
     └── WorkerError (RuntimeError)          a loader worker died or raised
 """
 
@@ -64,6 +65,7 @@ __all__ = [
     "ShardFormatError",
     "StateError",
     "StorageError",
+    "TransformError",
     "UnsafeTypeError",
     "UploadError",
     "UsageError",
@@ -194,6 +196,11 @@ class VersionMismatch(ProtocolError):
 
 class StateError(AstreamError, ValueError):
     """A resumption state does not fit this dataset or world."""
+
+
+class TransformError(AstreamError):
+    """A user's transform (or a subclass's ``__getitem__``/``get_item``) raised on a sample;
+    the message names the sample and its shard, the cause is chained."""
 
 
 class WorkerError(AstreamError, RuntimeError):

@@ -38,3 +38,22 @@ def test_waiting_is_not_blocking() -> None:
     with detect_blocking() as found:
         asyncio.run(main())
     assert found == []
+
+
+def test_a_first_import_is_not_counted() -> None:
+    import sys
+
+    def import_then_burn() -> None:
+        sys.modules.pop("colorsys", None)
+        import colorsys  # noqa: F401  # a module load: a one-time cost
+
+        _burn(LIMIT * 2)
+
+    loop = asyncio.new_event_loop()
+    try:
+        with detect_blocking() as found:
+            loop.call_soon(import_then_burn)
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert found == []
+    finally:
+        loop.close()

@@ -1,14 +1,28 @@
-"""Checks of the sample indexes that random access (``ds[i]``, ``get_batch``) takes."""
+"""Random access to a dataset's samples (``ds[i]``, ``get_item``, ``get_batch``), and the
+checks of the indexes it takes.
+
+:class:`RandomAccess` is the part of ``StreamingDataset`` a subclass hooks into, as with
+MosaicML: ``__getitem__`` (the stored sample with ``transform`` applied) over
+``get_item`` (the stored sample). Iteration goes through the same two methods whenever
+either is overridden or a transform is set (see :mod:`astream._dataset.samples`).
+"""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Sequence
+from typing import Any
 
 import numpy as np
 
+from astream._dataset.config import DatasetConfig
+from astream._dataset.layout import SampleMap
+from astream._dataset.runtime import portal
+from astream._dataset.samples import SampleSteps, read_inline
+from astream._dataset.session import NodeSession
 from astream.errors import ConfigError, SampleIndexError
 
-__all__ = ["check_index", "check_indexes"]
+__all__ = ["RandomAccess", "check_index", "check_indexes"]
 
 
 def check_index(index: object, size: int) -> int:
@@ -37,3 +51,56 @@ def check_indexes(ids: Sequence[int] | np.ndarray, size: int) -> np.ndarray:
     if bad.size:
         raise SampleIndexError(f"sample {raw.reshape(-1)[bad[0]]} is out of range for a dataset of {size} samples")
     return array
+
+
+class RandomAccess:
+    """Samples by global index, through the dataset's session (a base of ``StreamingDataset``)."""
+
+    config: DatasetConfig
+    sample_map: SampleMap
+    session: NodeSession
+
+    @property
+    def size(self) -> int:
+        """Underlying samples, summed over streams."""
+        return self.sample_map.num_samples
+
+    @property
+    def num_samples(self) -> int:
+        return self.sample_map.num_samples
+
+    def get_item(self, index: int) -> dict[str, Any]:
+        """Sample ``index`` as stored (MosaicML's hook for subclasses; iteration reads through it)."""
+        held = read_inline(index)
+        return held if held is not None else portal().call(self.session.read_sample(check_index(index, self.size)))
+
+    def __getitem__(self, index: int) -> Any:
+        """Sample ``index``, ``transform`` applied (a subclass may override this, as with MosaicML)."""
+        sample = self.get_item(index)
+        return sample if self.config.transform is None else self.config.transform(sample)
+
+    def _steps(self) -> SampleSteps | None:
+        """The per-sample path, where a transform or a subclass's override must see each sample."""
+        base, cls = RandomAccess, type(self)
+        if self.config.transform is None and cls.__getitem__ is base.__getitem__ and cls.get_item is base.get_item:
+            return None
+        return SampleSteps(self.__getitem__, self.sample_map.describe)
+
+    async def aget(self, index: int) -> Any:
+        """``ds[index]`` for async code: the user's code runs in an executor thread."""
+        i, steps = check_index(index, self.size), self._steps()
+        if steps is None:
+            return await self.session.read_sample(i)
+        return (await asyncio.get_running_loop().run_in_executor(None, steps.run, [i], _nothing_held))[0]
+
+    async def aget_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
+        return await self.session.read_batch(check_indexes(ids, self.size), self._steps())
+
+    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
+        return portal().call(self.aget_batch(ids))
+
+
+def _nothing_held(index: int) -> None:
+    """Random access holds no shard in advance: ``get_item`` fetches what it reads."""
+    return None

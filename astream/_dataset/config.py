@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -69,6 +69,7 @@ class DatasetConfig:
     world: World  # the world the order is computed for (replicas share a rank)
     run_id: str
     coord: CoordConfig | None
+    transform: Callable[[Any], Any] | None = None
     storage_options: RemoteConfig = EMPTY
 
     @classmethod
@@ -80,7 +81,8 @@ class DatasetConfig:
         batch_size: int | None, shuffle: bool, shuffle_algo: str, shuffle_seed: int,
         shuffle_block_size: int | None, batching_method: str, allow_unsafe_types: bool,
         replication: int | None, max_concurrency: int, world: World | None, run_id: str | None,
-        coord: CoordConfig | None, storage_options: Mapping[str, Any] | None = None,
+        coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -130,7 +132,7 @@ class DatasetConfig:
             max_concurrency=check_int("max_concurrency", max_concurrency, 1), unique_world=unique_world,
             world=_parallel_world(unique_world, replicas),
             run_id=run_id if run_id is not None else (default_run_id() or f"solo-{os.getpid()}-{uuid.uuid4().hex[:8]}"),
-            coord=coord, storage_options=options,
+            coord=coord, transform=_check_transform(transform), storage_options=options,
         )
 
     def epoch_plan(
@@ -196,6 +198,12 @@ class DatasetConfig:
                 storage_options=s.remote_config,
             ))
         return CacheProviderFactory(tuple(specs), self.max_concurrency)
+
+
+def _check_transform(transform: Any) -> Callable[[Any], Any] | None:
+    if transform is not None and not callable(transform):
+        raise ConfigError(f"transform must be a function of one sample, got {type(transform).__name__}")
+    return transform  # type: ignore[no-any-return]
 
 
 def _parallel_world(world: World, replication: int | None) -> World:

@@ -11,17 +11,15 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
-
-import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
-from astream._dataset.access import check_index, check_indexes
+from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
@@ -30,6 +28,7 @@ from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
+from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._format.index import Index
 from astream._sampling.order import worker_batches
@@ -39,7 +38,7 @@ from astream._storage.registry import StoragePool, configure
 __all__ = ["StreamingDataset"]
 
 
-class StreamingDataset:
+class StreamingDataset(RandomAccess):
     """A dataset streamed from remote or local MDS shards, in MosaicML Streaming's order.
 
     Parameters keep MosaicML Streaming's names and defaults. Give either ``streams`` or
@@ -75,6 +74,9 @@ class StreamingDataset:
         world: this process's place; default from the launcher's environment variables.
         run_id: separates two jobs sharing one cache folder; default from the launcher.
         coord: timeouts of node coordination and where the node agent runs.
+        transform: applied to every sample (``ds[i]``, iteration, ``get_batch``; in the
+            worker with loader workers). A subclass may override ``__getitem__`` or
+            ``get_item`` instead, as with MosaicML; iteration honours both.
         storage_options: settings of the remote's backend (endpoint, credentials, headers...),
             for ``remote=`` and for the streams that give none; see :class:`Stream`.
 
@@ -93,6 +95,7 @@ class StreamingDataset:
         shuffle_seed: int = 9176, shuffle_block_size: int | None = None, batching_method: str = "random",
         allow_unsafe_types: bool = False, replication: int | None = None, max_concurrency: int = 8,
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
+        transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
@@ -124,13 +127,6 @@ class StreamingDataset:
         return list(self.config.streams)
 
     @property
-    def size(self) -> int:
-        """Underlying samples, summed over streams."""
-        return self.sample_map.num_samples
-
-    num_samples = size
-
-    @property
     def columns(self) -> dict[str, str]:
         """Column name -> encoding, of the first stream's first shard."""
         return self.sample_map.columns
@@ -160,6 +156,13 @@ class StreamingDataset:
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
         """This process's node client for the running loop (``role="worker"``: a loader worker's)."""
         return await self.session.node(worker, workers_per_rank, role=role)
+
+    async def astats(self) -> Stats:
+        """The node's cache figures now (see :class:`astream.Stats`)."""
+        return Stats.of(await (await self.node()).stats())
+
+    def stats(self) -> Stats:
+        return portal().call(self.astats())
 
     async def aclose(self) -> None:
         """Leave the node (for this event loop); idempotent."""
@@ -194,7 +197,7 @@ class StreamingDataset:
     @asynccontextmanager
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
-        drop_last: bool = False,
+        drop_last: bool = False, batch_transform: Callable[[Any], Any] | None = None,
     ) -> AsyncIterator[EpochReader]:
         """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
@@ -202,7 +205,8 @@ class StreamingDataset:
         world = self.config.world
         order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
-        async with self.session.reader(node, order, self.config.resolved_predownload(batch_size)) as reader:
+        async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
+                                       batch_transform) as reader:
             yield reader
 
     @asynccontextmanager
@@ -225,20 +229,6 @@ class StreamingDataset:
         finally:
             chunks.close()
 
-    async def aget(self, index: int) -> dict[str, Any]:
-        """Sample ``index`` (global over streams), fetching its shard if needed."""
-        return await self.session.read_sample(check_index(index, self.size))
-
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        return portal().call(self.aget(index))
-
-    async def aget_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        """Samples ``ids`` as one batch (dict of arrays/lists), fetching shards as needed."""
-        return await self.session.read_batch(check_indexes(ids, self.size))
-
-    def get_batch(self, ids: Sequence[int] | np.ndarray) -> dict[str, Any]:
-        return portal().call(self.aget_batch(ids))
-
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.config.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
@@ -252,3 +242,4 @@ async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
             return await load_index(s.local_dir, s.remote, s.split, pool=pool)
 
     return list(await asyncio.gather(*(one(s) for s in streams)))
+

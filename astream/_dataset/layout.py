@@ -63,6 +63,13 @@ class SampleMap:
     def num_samples(self) -> int:
         return int(self.starts[-1])
 
+    def describe(self, sample: int) -> str:
+        """Sample ``sample`` for a message: its id, record, shard file and stream."""
+        shard, offset = self.locate_one(sample)
+        stream, local = self.shard_stream[shard], self.shard_local[shard]
+        name = self.indexes[stream].shards[local].raw_data.basename
+        return f"sample {sample} (record {offset} of shard {name}, stream {stream})"
+
     @property
     def columns(self) -> dict[str, str]:
         """Column name -> encoding, of the first stream's first shard."""

@@ -11,11 +11,13 @@ round-robin — the order a torch DataLoader gives over MosaicML Streaming — s
 from __future__ import annotations
 
 import asyncio
+import copy
 import pickle
+import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, ClassVar
 
 import numpy as np
@@ -26,6 +28,7 @@ from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
+from astream._dataset.stats import ConsumerCounters, Stats
 from astream._dataset.workers import WORKER_MODES, WorkerPool
 from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
@@ -34,6 +37,7 @@ from astream.errors import ConfigError
 __all__ = ["Loader"]
 
 Collate = Callable[[list[dict[str, Any]]], Any]
+BatchTransform = Callable[[Any], Any]
 
 
 def batch_length(batch: Any) -> int:
@@ -63,6 +67,7 @@ class _EpochJob:
     batch_size: int
     drop_last: bool
     collate_fn: Collate | None
+    batch_transform: BatchTransform | None
     copy_dataset: bool
     # While worker processes start, the consumer reads their first batches itself (see
     # WorkerPool): the first batch no longer waits for interpreters to boot.
@@ -72,15 +77,19 @@ class _EpochJob:
     async def open(self, worker_id: int, start_at: StartAt | None = None) -> AsyncIterator[AsyncIterator[Any]]:
         # Thread workers share the process: each gets its own copy of the dataset so open
         # shards and node clients are never shared between event loops.
-        ds = pickle.loads(pickle.dumps(self.dataset)) if self.copy_dataset else self.dataset
+        ds = _thread_copy(self.dataset) if self.copy_dataset else self.dataset
         try:
             async with ds.open_epoch_reader(
                 self.epoch, self.offset, worker=worker_id, workers_per_rank=self.num_workers,
-                batch_size=self.batch_size, drop_last=self.drop_last,
+                batch_size=self.batch_size, drop_last=self.drop_last, batch_transform=self.batch_transform,
             ) as reader:
                 yield reader.batches(self.collate_fn, start_at=start_at)
         finally:
             await ds.aclose()
+            # This worker's dataset is its own (a thread's copy, or unpickled with the job by
+            # a stand-in or a worker process): its shard maps hold file descriptors, which
+            # must not wait for the garbage collector (an epoch would leak dozens).
+            ds.session.shards.close()
 
 
 class Loader:
@@ -98,6 +107,7 @@ class Loader:
             least: small batches are queued deeper while a queue holds under 8 MiB (up to
             64 batches), because every batch costs a thread wake-up on its way.
         worker_mode: ``"process"`` (started with forkserver/spawn, never fork) or ``"thread"``.
+        batch_transform: applied to each collated batch, in the worker that made it.
 
     Raises:
         ConfigError: no batch size anywhere, or a bad parameter.
@@ -112,6 +122,7 @@ class Loader:
         drop_last: bool = False,
         prefetch_batches: int = 2,
         worker_mode: str = "process",
+        batch_transform: BatchTransform | None = None,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
@@ -134,6 +145,10 @@ class Loader:
             raise ConfigError(f"worker_mode={worker_mode!r} is not one of {', '.join(WORKER_MODES)}")
         if collate_fn is not None and not callable(collate_fn):
             raise ConfigError("collate_fn must be callable")
+        if batch_transform is not None and not callable(batch_transform):
+            raise ConfigError("batch_transform must be a function of one batch")
+        if num_workers > 0 and worker_mode == "process":
+            _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
         self.dataset = dataset
         self.batch_size = size
         self.num_workers = num_workers
@@ -141,7 +156,9 @@ class Loader:
         self.drop_last = bool(drop_last)
         self.prefetch_batches = prefetch_batches
         self.worker_mode = worker_mode
+        self.batch_transform = batch_transform
         self.num_samples_yielded = 0
+        self._consumer = ConsumerCounters()  # over the loader's life, all epochs
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
@@ -154,10 +171,22 @@ class Loader:
 
     # -- the async core ----------------------------------------------------------------------
 
+    def _received(self, batch: Any, waited: float) -> None:
+        # Counted as it is handed over, i.e. what the training loop received.
+        n = batch_length(batch)
+        self.num_samples_yielded += n
+        c = self._consumer
+        c.batches, c.samples, c.wait_s = c.batches + 1, c.samples + n, c.wait_s + waited
+
     async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        async for batch in batches:
-            # Counted as it is handed over, i.e. what the training loop received.
-            self.num_samples_yielded += batch_length(batch)
+        it = batches.__aiter__()
+        while True:
+            asked = time.perf_counter()
+            try:
+                batch = await it.__anext__()
+            except StopAsyncIteration:
+                return
+            self._received(batch, time.perf_counter() - asked)
             yield batch
 
     @asynccontextmanager
@@ -167,13 +196,13 @@ class Loader:
         epoch, offset = await ds.begin_epoch(node)
         self.num_samples_yielded = 0
         if self.num_workers == 0:
-            async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1,
-                                            batch_size=self.batch_size, drop_last=self.drop_last) as reader:
+            async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
+                                            drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
                 batches = reader.batches(self.collate_fn)
                 yield self._counted(batches) if count else batches
             return
         job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
-                        self.collate_fn, copy_dataset=self.worker_mode == "thread")
+                        self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread")
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
                        batch_size=self.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
@@ -194,11 +223,24 @@ class Loader:
         self._open_sync.add(batches)
         self.num_samples_yielded = 0
         try:
-            for batch in batches:
-                self.num_samples_yielded += batch_length(batch)
+            while True:
+                asked = time.perf_counter()
+                try:
+                    batch = next(batches)
+                except StopIteration:
+                    return
+                self._received(batch, time.perf_counter() - asked)
                 yield batch
         finally:
             batches.close()
+
+    async def astats(self) -> Stats:
+        """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
+        return Stats.of(await (await self.dataset.node()).stats(), replace(self._consumer))
+
+    def stats(self) -> Stats:
+        """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
+        return portal().call(self.astats())
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -280,3 +322,33 @@ class Loader:
         """
         self.dataset.load_state_dict(state)
         self.num_samples_yielded = 0
+
+
+def _check_picklable(dataset: StreamingDataset, **functions: Any) -> None:
+    """Worker processes get the dataset and the loader's functions by pickle: refuse what
+    cannot travel now, with the fix, instead of a PicklingError at the first epoch."""
+    named: dict[str, Any] = {"transform": dataset.config.transform, **functions}
+    if type(dataset) is not StreamingDataset:  # a subclass may hold what does not pickle
+        named["the dataset"] = dataset
+    for name, fn in named.items():
+        if fn is None:
+            continue
+        try:
+            pickle.dumps(fn)
+        except Exception as exc:
+            what = name if name == "the dataset" else f"{name}={getattr(fn, '__qualname__', fn)!r}"
+            raise ConfigError(
+                f"{what} cannot be pickled ({type(exc).__name__}: {exc}), so it cannot reach worker "
+                "processes; define it at module level (not a lambda or a nested function), or use "
+                "worker_mode='thread' or num_workers=0"
+            ) from exc
+
+
+def _thread_copy(dataset: StreamingDataset) -> StreamingDataset:
+    """The dataset for a thread worker: the same configuration (not pickled: a thread needs
+    no picklable transform), its own run state and process session."""
+    clone = copy.copy(dataset)
+    state = dataset.__getstate__()
+    state["run"] = copy.deepcopy(dataset.run)
+    clone.__setstate__(state)
+    return clone

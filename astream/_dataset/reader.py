@@ -30,13 +30,16 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions, sorted_unique
 from astream._coord.client import AsyncNodeClient
+from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import shard_key
+from astream._dataset.samples import SampleSteps
 from astream._dataset.shards import RESIDENT_BUDGET, OpenShards, leases_of
 from astream._format.shard import ShardReader
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
+from astream.errors import AstreamError, TransformError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -64,6 +67,9 @@ class EpochReader:
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
         peek: reads the records of shards still downloading from the remote (None: wait).
+        steps: what each sample goes through when it must be read one by one (a
+            transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.samples`).
+        batch_transform: applied to each batch once collated.
     """
 
     def __init__(
@@ -75,8 +81,12 @@ class EpochReader:
         max_concurrency: int,
         shards: OpenShards,
         peek: RemotePeek | None = None,
+        steps: SampleSteps | None = None,
+        batch_transform: Callable[[Any], Any] | None = None,
     ) -> None:
         self._node = node
+        self._steps = steps
+        self._batch_transform = batch_transform
         self._peek = peek
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
@@ -300,6 +310,36 @@ class EpochReader:
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
 
+    async def _samples(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[Any]:
+        """Positions ``a:b`` as samples: read raw, or through the steps in an executor thread."""
+        steps = self._steps
+        if steps is None:
+            return self._read_each(a, b, peeked)
+        ids = self.ids[a:b].tolist()
+        at = {sample: a + i for i, sample in enumerate(ids)}
+        pinned = set(self._shard[a:b].tolist())
+
+        def lookup(sample: int) -> dict[str, Any] | None:
+            i = at.get(sample)
+            if i is not None:
+                return self._reader(int(self._shard[i]), peeked).get(int(self._offset[i]))
+            shard, offset = self._smap.locate_one(sample)  # a neighbour: only from a whole shard held now
+            path = self._paths.get(shard) if shard in pinned else None
+            return None if path is None else self._shards.get(shard, path).get(offset)
+
+        return await asyncio.get_running_loop().run_in_executor(None, steps.run, ids, lookup)
+
+    async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any) -> Any:
+        if self._steps is not None:
+            batch = (collate or collate_samples)(await self._samples(a, b, peeked))
+        elif collate is not None:
+            batch = collate(self._read_each(a, b, peeked))
+        else:
+            batch = self._read_batch(a, b, peeked)
+        if self._batch_transform is not None:
+            batch = await asyncio.get_running_loop().run_in_executor(None, _apply, self._batch_transform, batch)
+        return batch
+
     async def batches(
         self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
     ) -> AsyncIterator[Any]:
@@ -322,8 +362,7 @@ class EpochReader:
                 await self._advance(int(bounds[min(first, order.num_batches)]))
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            peeked = await self._fetch(a, b)
-            batch = self._read_batch(a, b, peeked) if collate is None else collate(self._read_each(a, b, peeked))
+            batch = await self._batch(a, b, await self._fetch(a, b), collate)
             self._touch(a, b)
             await self._advance(b)
             yield batch
@@ -337,7 +376,7 @@ class EpochReader:
         a, size = 0, 1
         while a < n:
             b = min(a + size, n)
-            out = self._read_each(a, b, await self._fetch(a, b))
+            out = await self._samples(a, b, await self._fetch(a, b))
             self._touch(a, b)
             await self._advance(b)
             yield out
@@ -349,11 +388,19 @@ class EpochReader:
         self._begin(chunk)
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
-            peeked = await self._fetch(a, b)
-            for i in range(a, b):
-                yield self._reader(int(self._shard[i]), peeked).get(int(self._offset[i]))
+            for sample in await self._samples(a, b, await self._fetch(a, b)):
+                yield sample
             self._touch(a, b)
             await self._advance(b)
+
+
+def _apply(fn: Callable[[Any], Any], batch: Any) -> Any:
+    try:
+        return fn(batch)
+    except AstreamError:
+        raise
+    except Exception as exc:
+        raise TransformError(f"Loader's batch_transform raised {type(exc).__name__}: {exc}") from exc
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

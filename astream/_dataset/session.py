@@ -22,6 +22,7 @@ from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
 from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
+from astream._dataset.samples import SampleSteps
 from astream._dataset.shards import OpenShards
 from astream._format.index import Index
 from astream._sampling.order import WorkerBatches
@@ -112,13 +113,16 @@ class NodeSession:
             return None
         return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
 
-    def reader(self, node: AsyncNodeClient, order: WorkerBatches, predownload: int) -> EpochReader:
+    def reader(
+        self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,
+        batch_transform: Callable[[Any], Any] | None = None,
+    ) -> EpochReader:
         """A reader of ``order`` through this process's open shards (use ``async with``)."""
         return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
-                           peek=self.remote_peek())
+                           peek=self.remote_peek(), steps=steps, batch_transform=batch_transform)
 
     async def read_sample(self, index: int) -> dict[str, Any]:
-        """Sample ``index`` (checked), its shard pinned while it is read."""
+        """Sample ``index`` (checked) as stored, its shard pinned while it is read."""
         shard, offset = self._smap.locate_one(index)
         node = await self.node()
         key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
@@ -128,10 +132,10 @@ class NodeSession:
         finally:
             await node.unpin(key)
 
-    async def read_batch(self, ids: np.ndarray) -> dict[str, Any]:
+    async def read_batch(self, ids: np.ndarray, steps: SampleSteps | None) -> dict[str, Any]:
         """Samples ``ids`` (checked) as one batch, through a reader of their own."""
         order = WorkerBatches.of(ids, max(1, len(ids)))
         async with EpochReader(await self.node(), self._smap, order, len(ids), self._config.max_concurrency,
-                               self.shards) as reader:
+                               self.shards, steps=steps) as reader:
             batches = [b async for b in reader.batches()]
         return batches[0] if batches else {}
