@@ -15,6 +15,7 @@ from astream._dataset.loader import Loader
 from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
+from astream._storage.registry import register as register_storage
 from astream._storage.upload import CSVWriter, JSONWriter, MDSWriter, TSVWriter, XSVWriter
 from astream.errors import AstreamError
 
@@ -36,6 +37,7 @@ __all__ = [
     "XSVWriter",
     "__version__",
     "errors",
+    "register_storage",
 ]
 
 
@@ -48,5 +50,5 @@ def _adopt(*objects: object) -> None:
 
 _adopt(
     CSVWriter, CoordConfig, JSONWriter, LocalDataset, Loader, MDSWriter, Stats, Stream, StreamingDataset, TSVWriter,
-    World, XSVWriter,
+    World, XSVWriter, register_storage,
 )

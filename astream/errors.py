@@ -23,6 +23,7 @@ builtin exception describes the same failure, the astream class inherits it too,
     ├── StorageError (OSError)              a remote could not be read or written
     │   ├── DownloadError                   a download failed for good (after retries)
     │   │   ├── RemoteNotFoundError (FileNotFoundError)
+    │   │   ├── AccessDeniedError (PermissionError)  credentials missing or refused
     │   │   ├── RangeNotSupportedError      the remote cannot serve a byte range
     │   │   └── DownloadTimeout (TimeoutError)
     │   └── UploadError                     an upload failed for good
@@ -43,6 +44,7 @@ builtin exception describes the same failure, the astream class inherits it too,
 from __future__ import annotations
 
 __all__ = [
+    "AccessDeniedError",
     "AgentLost",
     "AstreamError",
     "BarrierTimeout",
@@ -145,6 +147,10 @@ class DownloadError(StorageError):
 
 class RemoteNotFoundError(DownloadError, FileNotFoundError):
     """The remote object does not exist (HTTP 404, S3 NoSuchKey, missing file)."""
+
+
+class AccessDeniedError(DownloadError, PermissionError):
+    """The remote refused the credentials, or none were found; the message names what to set."""
 
 
 class RangeNotSupportedError(DownloadError):

@@ -17,10 +17,12 @@ import asyncio
 import collections
 import contextlib
 import fnmatch
+import hashlib
 import os
 import socket
+import ssl
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any
@@ -28,10 +30,12 @@ from typing import Any
 from aiohttp import web
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
     check_range,
+    check_remote_size,
     range_past_end,
     with_retries,
 )
@@ -115,10 +119,24 @@ class LoopbackServer:
         ranges: honour ``Range`` requests (off: always send the whole file, 200).
         allow_put: accept ``PUT`` uploads into ``root``.
         chunk_size: body bytes written at a time by the fault-injecting path.
+        ssl_context: serve HTTPS with this server context (e.g. from ``trustme``).
+        require_headers: answer 401 to a request that lacks one of these headers (or has
+            another value), as a server behind a bearer token does.
     """
 
-    def __init__(self, root: str, *, ranges: bool = True, allow_put: bool = False, chunk_size: int = 64 << 10) -> None:
+    def __init__(
+        self,
+        root: str,
+        *,
+        ranges: bool = True,
+        allow_put: bool = False,
+        chunk_size: int = 64 << 10,
+        ssl_context: ssl.SSLContext | None = None,
+        require_headers: Mapping[str, str] | None = None,
+    ) -> None:
         self.root = os.path.realpath(root)
+        self.ssl_context = ssl_context
+        self.require_headers = dict(require_headers or {})
         self.ranges = ranges
         self.allow_put = allow_put
         self.chunk_size = chunk_size
@@ -130,7 +148,7 @@ class LoopbackServer:
     @property
     def url(self) -> str:
         """The base URL (no trailing slash)."""
-        return f"http://{HOST}:{self.port}"
+        return f"{'https' if self.ssl_context else 'http'}://{HOST}:{self.port}"
 
     # -- faults and the log --------------------------------------------------------------------
     def add(self, fault: Fault) -> Fault:
@@ -195,6 +213,8 @@ class LoopbackServer:
 
     async def _answer(self, request: web.Request, rel: str) -> web.StreamResponse:
         path = self._resolve(rel)
+        if any(request.headers.get(k) != v for k, v in self.require_headers.items()):
+            return web.Response(status=401, text="credentials required\n")
         fault = self._take_fault(rel, "Range" in request.headers)
         if fault is not None and fault.kind == "delay":
             await asyncio.sleep(fault.seconds)
@@ -280,7 +300,7 @@ class LoopbackServer:
         app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None, handle_signals=False, shutdown_timeout=0.2)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, HOST, 0)
+        site = web.TCPSite(self._runner, HOST, 0, ssl_context=self.ssl_context)
         await site.start()
         server = site._server
         assert server is not None
@@ -346,6 +366,7 @@ class MemoryStorage(Storage):
             if key not in bucket:
                 raise RemoteNotFoundError(f"{url}: no such object")
             data = bucket[key]
+            check_remote_size(url, len(data), size)
             step = self.options.chunk_size
             for i in range(sink.received, len(data), step):
                 ev.on_bytes(len(data[i : i + step]))
@@ -374,6 +395,12 @@ class MemoryStorage(Storage):
     async def exists(self, url: str) -> bool:
         bucket, key = self._locate(url)
         return key in bucket
+
+    async def stat(self, url: str) -> ObjectInfo:
+        bucket, key = self._locate(url)
+        if key not in bucket:
+            raise RemoteNotFoundError(f"{url}: no such object")
+        return ObjectInfo(len(bucket[key]), hashlib.md5(bucket[key]).hexdigest())
 
     async def put(self, local_path: str, url: str) -> None:
         bucket, key = self._locate(url)

@@ -10,7 +10,7 @@ picklable, so it travels to worker processes as it is.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +31,8 @@ from astream._sampling.defaults import (
 )
 from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
+from astream._storage.config import EMPTY, RemoteConfig
+from astream._storage.registry import configure
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
 
@@ -70,6 +72,7 @@ class DatasetConfig:
     run_id: str
     coord: CoordConfig | None
     transform: Callable[[Any], Any] | None = None
+    storage_options: RemoteConfig = EMPTY
 
     @classmethod
     def build(
@@ -81,6 +84,7 @@ class DatasetConfig:
         shuffle_block_size: int | None, batching_method: str, allow_unsafe_types: bool,
         replication: int | None, max_concurrency: int, world: World | None, run_id: str | None,
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -97,9 +101,13 @@ class DatasetConfig:
                 raise ConfigError("streams must be a non-empty list of astream.Stream")
             given = list(streams)
         else:
-            given = [Stream(remote=remote, local=local, split=split)]
+            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options)]
+        options = RemoteConfig.of(storage_options)
         inherited = tuple(s.inherit(download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
-                                    keep_zip=keep) for s in given)
+                                    keep_zip=keep, storage_options=options) for s in given)
+        for s in inherited:
+            if s.remote is not None:
+                configure(s.remote, s.storage_options)  # an unknown key fails here, before any I/O
         relative = [s.proportion is not None for s in inherited]
         if any(relative) and not all(relative):
             raise ConfigError("either every stream sets proportion or none does; mixing proportion "
@@ -128,7 +136,7 @@ class DatasetConfig:
             max_concurrency=check_int("max_concurrency", max_concurrency, 1), unique_world=unique_world,
             world=_parallel_world(unique_world, replicas),
             run_id=run,
-            coord=coord, transform=_check_transform(transform),
+            coord=coord, transform=_check_transform(transform), storage_options=options,
         )
 
     def epoch_plan(
@@ -191,6 +199,7 @@ class DatasetConfig:
                 local=s.local_dir, remote=s.remote, split=s.split, validate_hash=s.validate_hash,
                 keep_zip=bool(s.keep_zip), download_retry=int(s.download_retry or 0),
                 download_timeout=float(s.download_timeout or self.download_timeout), cache_limit=limit,
+                storage_options=s.remote_config,
             ))
         # pinned_at_once=1: readers of a bounded cache pin one batch each (checked, with the
         # node's readers, by check_dataset_cache at the start of an epoch).

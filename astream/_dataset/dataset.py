@@ -11,7 +11,7 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -34,6 +34,7 @@ from astream._dataset.stream import Stream
 from astream._format.index import Index
 from astream._sampling.order import worker_batches
 from astream._sampling.plan import EpochPlan
+from astream._storage.registry import StoragePool, configure
 
 __all__ = ["StreamingDataset"]
 
@@ -47,7 +48,8 @@ class StreamingDataset(RandomAccess):
 
     Args:
         streams: several sources mixed together (see :class:`Stream`).
-        remote: where the shards live (path, ``file://``, ``http(s)://``, ``s3://``).
+        remote: where the shards live (path, ``file://``, ``http(s)://``, ``s3://``, ``gs://``,
+            ``azure://``, ``hf://``, or a scheme a package registered).
         local: the local cache directory (the dataset itself when there is no remote).
         split: a sub-directory of both.
         download_retry: extra attempts per shard download.
@@ -76,6 +78,8 @@ class StreamingDataset(RandomAccess):
         transform: applied to every sample (``ds[i]``, iteration, ``get_batch``; in the
             worker with loader workers). A subclass may override ``__getitem__`` or
             ``get_item`` instead, as with MosaicML; iteration honours both.
+        storage_options: settings of the remote's backend (endpoint, credentials, headers...),
+            for ``remote=`` and for the streams that give none; see :class:`Stream`.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -93,6 +97,7 @@ class StreamingDataset(RandomAccess):
         allow_unsafe_types: bool = False, replication: int | None = None, max_concurrency: int = 8,
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
         transform: Callable[[Any], Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams))
@@ -235,5 +240,11 @@ class StreamingDataset(RandomAccess):
 
 
 async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
-    return list(await asyncio.gather(*(load_index(s.local_dir, s.remote, s.split) for s in streams)))
+    async def one(s: Stream) -> Index:
+        if s.remote is None or not s.remote_config:
+            return await load_index(s.local_dir, s.remote, s.split)
+        async with StoragePool(configure(s.remote, s.remote_config)) as pool:  # the stream's storage_options
+            return await load_index(s.local_dir, s.remote, s.split, pool=pool)
+
+    return list(await asyncio.gather(*(one(s) for s in streams)))
 

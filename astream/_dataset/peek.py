@@ -40,7 +40,8 @@ from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
 from astream._format.shard import ShardReader
 from astream._storage.base import Storage, StorageOptions
-from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.config import RemoteConfig
+from astream._storage.registry import StoragePool, configure, join_url, scheme_of
 from astream._storage.retry import RetryPolicy
 from astream.errors import AstreamError, ShardFormatError
 
@@ -85,9 +86,15 @@ class RemotePeek:
             or None where reading ahead does not apply (see :meth:`sources_of`).
     """
 
-    def __init__(self, smap: SampleMap, sources: Sequence[tuple[str, str] | None]) -> None:
+    def __init__(
+        self,
+        smap: SampleMap,
+        sources: Sequence[tuple[str, str] | None],
+        configs: Sequence[RemoteConfig] | None = None,
+    ) -> None:
         self._smap = smap
         self._sources = list(sources)
+        self._configs = list(configs) if configs is not None else None
         self._heads: dict[int, Int64Array] = {}
         self._spent: dict[int, int] = {}
         self._off: set[int] = set()
@@ -187,7 +194,7 @@ class RemotePeek:
         split = np.flatnonzero(begin[1:] - end[:-1] > _COALESCE) + 1
         lo = np.r_[0, split]
         hi = np.r_[split, len(wanted)]
-        storage = self._storage(url)
+        storage = self._storage(url, shard)
         fetched = [len(prefix)]
 
         async def read(a: int, b: int) -> bytes:
@@ -233,7 +240,7 @@ class RemotePeek:
         # columns' JSON MosaicML writes after the table and for uneven records.
         guess = length + _SLACK + int((last + 1) * (size - length) / max(samples, 1) * 1.25)
         stop = guess if guess - length <= min(_SPECULATE, size * _BUDGET) else length
-        raw = await self._storage(url).read_range(url, 0, stop)
+        raw = await self._storage(url, shard).read_range(url, 0, stop)
         (n,) = struct.unpack_from("<I", raw, 0)
         head = np.frombuffer(raw, _U32, samples + 1, 4).astype(np.int64)
         # (MosaicML puts the columns' JSON between the offset table and the first record.)
@@ -242,10 +249,13 @@ class RemotePeek:
         self._heads[shard] = head
         return head, raw
 
-    def _storage(self, url: str) -> Storage:
+    def _storage(self, url: str, shard: int) -> Storage:
         if self._pool is None:
             # One quick attempt: a failure falls back to the download, which retries.
             self._pool = StoragePool(StorageOptions(retry=RetryPolicy(retries=0)))
+        config = self._configs[self._smap.shard_stream[shard]] if self._configs is not None else None
+        if config:
+            return self._pool.get(url, configure(url, config, self._pool.options).remote)
         return self._pool.get(url)
 
     async def aclose(self) -> None:

@@ -32,8 +32,9 @@ from astream._cache.eviction import NodePlan
 from astream._coord.provider import StageCallback
 from astream._format.index import INDEX_NAME, Index
 from astream._storage.base import StorageOptions
+from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.executor import PriorityExecutor
-from astream._storage.registry import StoragePool
+from astream._storage.registry import StoragePool, configure
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream.errors import ConfigError
 
@@ -94,6 +95,7 @@ class EngineSpec:
     download_retry: int
     download_timeout: float
     cache_limit: int | None
+    storage_options: RemoteConfig = EMPTY
 
 
 @dataclass(frozen=True)
@@ -144,6 +146,8 @@ class CacheProvider:
                 timeouts=Timeouts(download=spec.download_timeout),
                 retry=RetryPolicy(retries=spec.download_retry),
             )
+            if spec.remote is not None:
+                options = configure(spec.remote, spec.storage_options, options)
             pool = self._pools.get(options)
             if pool is None:
                 pool = self._pools[options] = StoragePool(options)

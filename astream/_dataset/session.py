@@ -109,7 +109,9 @@ class NodeSession:
             self._peek_sources = RemotePeek.sources_of(self._smap, list(self._config.streams),
                                                        network=self._network_peek)
         sources = self._peek_sources
-        return RemotePeek(self._smap, sources) if isinstance(sources, list) else None
+        if not isinstance(sources, list):
+            return None
+        return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
 
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,

@@ -2,19 +2,23 @@
 
 A ``Stream`` holds configuration only (picklable, no I/O). Settings left as ``None``
 inherit the dataset's (``download_retry``, ``download_timeout``, ``validate_hash``,
-``keep_zip``), as in MosaicML Streaming.
+``keep_zip``, ``storage_options``), as in MosaicML Streaming.
 """
 
 from __future__ import annotations
 
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
 import xxhash
 
 from astream._checks import check_optional_int, check_seconds
 from astream._format.hashing import check_algorithm
+from astream._storage.config import RemoteConfig
+from astream._storage.registry import configure
 from astream.errors import ConfigError
 
 __all__ = ["Stream", "default_cache_dir"]
@@ -45,6 +49,9 @@ class Stream:
         repeat: how many times to draw the stream per epoch (may be fractional).
         choose: exactly how many samples to draw per epoch.
         download_retry, download_timeout, validate_hash, keep_zip: override the dataset's.
+        storage_options: settings of this remote's backend (endpoint, credentials, region,
+            ``anonymous``, ``headers``, ``ca_bundle``, timeouts; see docs/storage.md), kept
+            frozen (picklable); an unknown key is refused.
 
     Raises:
         ConfigError: neither remote nor local, several weights at once, bad values.
@@ -60,6 +67,7 @@ class Stream:
     download_timeout: float | None = None
     validate_hash: str | None = None
     keep_zip: bool | None = None
+    storage_options: Mapping[str, Any] | RemoteConfig | None = None
 
     def __post_init__(self) -> None:
         if self.remote is None and self.local is None:
@@ -85,6 +93,19 @@ class Stream:
             check_seconds("download_timeout", self.download_timeout)
         if self.validate_hash is not None:
             check_algorithm(self.validate_hash, "validate_hash")
+        if self.storage_options is not None:
+            config = RemoteConfig.of(self.storage_options)
+            if config and self.remote is None:
+                raise ConfigError("storage_options were given for a stream without a remote")
+            if config:
+                assert self.remote is not None
+                configure(self.remote, config)  # refuses an unknown scheme or key now, not in a worker
+            object.__setattr__(self, "storage_options", config)
+
+    @property
+    def remote_config(self) -> RemoteConfig:
+        """The frozen ``storage_options`` (empty when none were given)."""
+        return RemoteConfig.of(self.storage_options)
 
     @property
     def local_dir(self) -> str:
@@ -95,11 +116,19 @@ class Stream:
         return default_cache_dir(self.remote)
 
     def inherit(
-        self, *, download_retry: int, download_timeout: float, validate_hash: str | None, keep_zip: bool
+        self,
+        *,
+        download_retry: int,
+        download_timeout: float,
+        validate_hash: str | None,
+        keep_zip: bool,
+        storage_options: RemoteConfig | None = None,
     ) -> Stream:
         """This stream with the dataset's settings filled in where it left them as None."""
+        own = self.storage_options is not None
         return replace(
             self,
+            storage_options=self.storage_options if own or self.remote is None else storage_options,
             local=self.local_dir,
             download_retry=self.download_retry if self.download_retry is not None else download_retry,
             download_timeout=self.download_timeout if self.download_timeout is not None else download_timeout,

@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Protocol, TypeVar
 
+from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
 from astream._storage.retry import RetryPolicy, Timeouts
 from astream._storage.sink import FileSink, Sink
@@ -37,6 +38,7 @@ from astream.errors import (
 __all__ = [
     "CONTENT_RANGE",
     "NO_EVENTS",
+    "ObjectInfo",
     "Storage",
     "StorageOptions",
     "TransferEvents",
@@ -61,12 +63,15 @@ class StorageOptions:
         retry: the retry policy for transient failures.
         max_connections: connection pool size of HTTP/S3 clients.
         chunk_size: bytes read from a socket or file at a time.
+        remote: the remote's own ``storage_options`` (endpoint, credentials, headers...),
+            checked against the keys its scheme accepts (see ``registry.configure``).
     """
 
     timeouts: Timeouts = field(default_factory=Timeouts)
     retry: RetryPolicy = field(default_factory=RetryPolicy)
     max_connections: int = 64
     chunk_size: int = 1 << 20
+    remote: RemoteConfig = EMPTY
 
     def __post_init__(self) -> None:
         from astream.errors import ConfigError
@@ -75,10 +80,25 @@ class StorageOptions:
             raise ConfigError(f"timeouts must be a Timeouts, got {type(self.timeouts).__name__}")
         if not isinstance(self.retry, RetryPolicy):
             raise ConfigError(f"retry must be a RetryPolicy, got {type(self.retry).__name__}")
+        if not isinstance(self.remote, RemoteConfig):
+            raise ConfigError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
         for name in ("max_connections", "chunk_size"):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+
+
+@dataclass(frozen=True)
+class ObjectInfo:
+    """What a remote says about one object without sending it.
+
+    Attributes:
+        size: its length in bytes.
+        etag: the remote's version tag (an opaque string), or None where there is none.
+    """
+
+    size: int
+    etag: str | None = None
 
 
 class TransferEvents(Protocol):
@@ -181,6 +201,8 @@ class Storage(abc.ABC):
     """
 
     schemes: tuple[str, ...] = ()
+    #: The ``storage_options`` keys this backend reads (``register`` refuses others).
+    option_keys: frozenset[str] = frozenset()
 
     def __init__(self, options: StorageOptions | None = None, events: TransferEvents | None = None) -> None:
         self.options = options or StorageOptions()
@@ -236,6 +258,17 @@ class Storage(abc.ABC):
     @abc.abstractmethod
     async def exists(self, url: str) -> bool:
         """Whether an object exists at ``url``."""
+
+    async def stat(self, url: str) -> ObjectInfo:
+        """The size and version tag of the object at ``url`` (one metadata request).
+
+        Raises:
+            RemoteNotFoundError: there is no such object.
+            UsageError: the backend cannot tell (the base class; backends override it).
+        """
+        from astream.errors import UsageError
+
+        raise UsageError(f"{url}: {type(self).__name__} cannot report an object's size and etag")
 
     @abc.abstractmethod
     async def put(self, local_path: str, url: str) -> None:

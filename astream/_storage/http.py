@@ -6,6 +6,11 @@ and bodies streamed to a sink in chunks. Connection errors, timeouts, 5xx and 42
 retried with back-off, honouring ``Retry-After``; other 4xx fail at once. A transfer
 cut short resumes with ``Range: bytes=N-`` guarded by ``If-Range: <ETag>``, and is
 restarted from byte 0 if the server ignores the range or the object changed.
+
+``storage_options``: ``headers`` (sent with every request, e.g. ``Authorization``),
+``ca_bundle`` (a PEM file of the CAs to trust, for a private CA), ``verify_ssl``.
+Backends that are HTTP underneath (``gs://``, ``hf://``) subclass this one and
+override :meth:`HttpStorage._request` to map their URLs and add credentials.
 """
 
 from __future__ import annotations
@@ -13,12 +18,14 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import ssl
 from collections.abc import AsyncIterator
 
 import aiohttp
 
 from astream._storage.base import (
     CONTENT_RANGE,
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -32,7 +39,15 @@ from astream._storage.base import (
 )
 from astream._storage.retry import parse_retry_after
 from astream._storage.sink import Sink
-from astream.errors import DownloadError, RangeNotSupportedError, RemoteNotFoundError, UploadError, UsageError
+from astream.errors import (
+    AccessDeniedError,
+    ConfigError,
+    DownloadError,
+    RangeNotSupportedError,
+    RemoteNotFoundError,
+    UploadError,
+    UsageError,
+)
 
 __all__ = ["HttpStorage"]
 
@@ -43,26 +58,56 @@ _THROTTLE = {429, 503}
 _NETWORK_ERRORS = (aiohttp.ClientConnectionError, aiohttp.ClientPayloadError, ConnectionError)
 
 
-def _status_error(url: str, resp: aiohttp.ClientResponse, verb: str = "download") -> Exception:
-    status = resp.status
-    retry_after = parse_retry_after(resp.headers.get("Retry-After"))
-    what = f"HTTP {status} {resp.reason or ''}".rstrip()
+def status_error(url: str, status: int, reason: str, headers: object, verb: str = "download", hint: str = "") -> Exception:
+    """The error (or :class:`Transient`) for an HTTP answer ``status`` to a request for ``url``.
+
+    Args:
+        url: the object, for the message.
+        status: the HTTP status.
+        reason: its reason phrase.
+        headers: the answer's headers (``Retry-After`` is read from them).
+        verb: ``"download"`` or ``"upload"``.
+        hint: what to set when the remote refuses the credentials (401/403).
+    """
+    retry_after = parse_retry_after(headers.get("Retry-After")) if hasattr(headers, "get") else None
+    what = f"HTTP {status} {reason or ''}".rstrip()
     if status in _THROTTLE:
         return Transient(f"{what} (server is throttling)", retry_after=retry_after, throttled=True)
-    if status >= 500:
+    if status >= 500 or status == 408:
         return Transient(what, retry_after=retry_after)
+    denied = f"; {hint}" if status in (401, 403) and hint else ""
     if verb == "upload":
-        return UploadError(f"{url}: upload refused with {what}; not retried")
+        return UploadError(f"{url}: upload refused with {what}{denied}; not retried")
     if status in (404, 410):
         return RemoteNotFoundError(f"{url}: {what}; check the remote URL and the split")
-    hint = " (credentials or permissions?)" if status in (401, 403) else ""
-    return DownloadError(f"{url}: {what}{hint}; not retried")
+    if status in (401, 403):
+        return AccessDeniedError(f"{url}: {what}{denied or '; check the credentials'}; not retried")
+    return DownloadError(f"{url}: {what}; not retried")
+
+
+def ssl_context(url: str, ca_bundle: str | None, verify: bool) -> ssl.SSLContext | bool:
+    """What aiohttp's ``ssl=`` gets: the default checks, a private CA bundle, or none.
+
+    Raises:
+        ConfigError: the CA bundle cannot be read.
+    """
+    if not verify:
+        return False
+    if ca_bundle is None:
+        return True
+    try:
+        return ssl.create_default_context(cafile=ca_bundle)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConfigError(f"storage_options for {url!r}: ca_bundle {ca_bundle!r} is not a readable PEM file: {exc}") from exc
 
 
 class HttpStorage(Storage):
     """A remote served over HTTP(S): any static file server, CDN or presigned bucket URL."""
 
-    schemes = ("http", "https")
+    schemes: tuple[str, ...] = ("http", "https")
+    option_keys = frozenset({"headers", "ca_bundle", "verify_ssl"})
+    #: What a refused request (401/403) tells the user to set.
+    credentials_hint = "pass the credentials in storage_options={'headers': {'Authorization': ...}}"
 
     def __init__(
         self,
@@ -77,6 +122,22 @@ class HttpStorage(Storage):
         self._loop: asyncio.AbstractEventLoop | None = None
         # Validators seen per URL, so a retry can resume only the same version of an object.
         self._etags: dict[str, str] = {}
+        where = self.schemes[0] + "://"
+        config = self.options.remote
+        config.check(where, self.option_keys)
+        self._headers = config.headers(where) if "headers" in self.option_keys else {}
+        self._ssl = ssl_context(where, config.text("ca_bundle", where), config.flag("verify_ssl", where, True))
+
+    async def _request(self, url: str) -> tuple[str, dict[str, str]]:
+        """The HTTP(S) URL to ask for ``url`` and the headers of every request for it.
+
+        Subclasses whose URLs are not HTTP URLs (``gs://``, ``hf://``) map them here and add
+        their credentials; a plain HTTP remote adds the ``headers`` option.
+        """
+        return url, self._headers
+
+    def _error(self, url: str, resp: aiohttp.ClientResponse, verb: str = "download") -> Exception:
+        return status_error(url, resp.status, resp.reason or "", resp.headers, verb, self.credentials_hint)
 
     def _get_session(self) -> aiohttp.ClientSession:
         loop = asyncio.get_running_loop()
@@ -88,7 +149,7 @@ class HttpStorage(Storage):
             raise UsageError("an HttpStorage is bound to the event loop that first used it; make one per loop")
         if self._session is None:
             opts = self.options
-            connector = aiohttp.TCPConnector(limit=opts.max_connections, ttl_dns_cache=300)
+            connector = aiohttp.TCPConnector(limit=opts.max_connections, ttl_dns_cache=300, ssl=self._ssl)
             timeout = aiohttp.ClientTimeout(
                 total=None, connect=opts.timeouts.connect, sock_connect=opts.timeouts.connect
             )
@@ -105,21 +166,23 @@ class HttpStorage(Storage):
         ev = events or self.events
         session = self._get_session()
 
+        target, base = await self._request(url)
+
         async def attempt(n: int) -> None:
-            headers = {}
+            headers = dict(base)
             offset = sink.received
             etag = self._etags.get(url)
             if offset and (etag or size is not None):
                 # Resume; If-Range makes the server send the whole object if it changed, and
                 # without an ETag the Content-Range total is checked against index.json's size.
-                headers = {"Range": f"bytes={offset}-"}
+                headers["Range"] = f"bytes={offset}-"
                 if etag:
                     headers["If-Range"] = etag
             elif offset:
                 await sink.restart()
                 offset = 0
             try:
-                async with session.get(url, headers=headers) as resp:
+                async with session.get(target, headers=headers) as resp:
                     total = self._check_response(url, resp, offset, size)
                     if resp.status == 200 and sink.received:
                         await sink.restart()  # the server sent the whole object again
@@ -155,7 +218,7 @@ class HttpStorage(Storage):
             self._etags.pop(url, None)
             raise Transient("HTTP 416: the object shrank while we resumed; restarting")
         else:
-            raise _status_error(url, resp)
+            raise self._error(url, resp)
         if total < 0:
             total = size if size is not None else -1
         check_remote_size(url, total, size)
@@ -163,12 +226,13 @@ class HttpStorage(Storage):
 
     async def read_bytes(self, url: str) -> bytes:
         session = self._get_session()
+        target, headers = await self._request(url)
 
         async def attempt(n: int) -> bytes:
             try:
-                async with session.get(url) as resp:
+                async with session.get(target, headers=headers) as resp:
                     if resp.status != 200:
-                        raise _status_error(url, resp)
+                        raise self._error(url, resp)
                     return await resp.read()
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
@@ -181,11 +245,12 @@ class HttpStorage(Storage):
             return b""
         session = self._get_session()
         length = end - start
-        headers = {"Range": f"bytes={start}-{end - 1}"}
+        target, base = await self._request(url)
+        headers = {**base, "Range": f"bytes={start}-{end - 1}"}
 
         async def attempt(n: int) -> bytes:
             try:
-                async with session.get(url, headers=headers) as resp:
+                async with session.get(target, headers=headers) as resp:
                     if resp.status == 200:
                         # The server ignores ranges and is sending the whole object: drop the
                         # connection rather than drain a shard we did not ask for.
@@ -198,7 +263,7 @@ class HttpStorage(Storage):
                         match = _UNSATISFIED_RANGE.match(resp.headers.get("Content-Range", ""))
                         raise range_past_end(url, int(match.group(1)) if match else None, start, end)
                     if resp.status != 206:
-                        raise _status_error(url, resp)
+                        raise self._error(url, resp)
                     check_content_range(url, resp.headers.get("Content-Range"), start, end)
                     if resp.content_length is not None and resp.content_length != length:
                         resp.close()
@@ -213,24 +278,39 @@ class HttpStorage(Storage):
 
         return await with_retries(url, attempt, self.options, self.events)
 
-    async def exists(self, url: str) -> bool:
+    async def _head(self, url: str) -> ObjectInfo | None:
+        """The object's size and ETag from a HEAD request; None when there is no such object."""
         session = self._get_session()
+        target, headers = await self._request(url)
 
-        async def attempt(n: int) -> bool:
+        async def attempt(n: int) -> ObjectInfo | None:
             try:
-                async with session.head(url, allow_redirects=True) as resp:
+                async with session.head(target, headers=headers, allow_redirects=True) as resp:
                     if resp.status in (404, 410):
-                        return False
+                        return None
                     if resp.status < 300:
-                        return True
-                    raise _status_error(url, resp)
+                        return ObjectInfo(resp.content_length if resp.content_length is not None else -1,
+                                          resp.headers.get("ETag"))
+                    raise self._error(url, resp)
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
 
         return await with_retries(url, attempt, self.options, self.events)
 
+    async def exists(self, url: str) -> bool:
+        return await self._head(url) is not None
+
+    async def stat(self, url: str) -> ObjectInfo:
+        info = await self._head(url)
+        if info is None:
+            raise RemoteNotFoundError(f"{url}: no such object; check the remote URL and the split")
+        if info.size < 0:
+            raise DownloadError(f"{url}: the server did not say how long the object is (no Content-Length)")
+        return info
+
     async def put(self, local_path: str, url: str) -> None:
         session = self._get_session()
+        target, base = await self._request(url)
         chunk = self.options.chunk_size
         length = (await asyncio.get_running_loop().run_in_executor(None, os.stat, local_path)).st_size
 
@@ -242,10 +322,10 @@ class HttpStorage(Storage):
 
         async def attempt(n: int) -> None:
             try:
-                headers = {"Content-Length": str(length)}
-                async with session.put(url, data=body(), headers=headers) as resp:
+                headers = {**base, "Content-Length": str(length)}
+                async with session.put(target, data=body(), headers=headers) as resp:
                     if resp.status >= 300:
-                        raise _status_error(url, resp, "upload")
+                        raise self._error(url, resp, "upload")
             except _NETWORK_ERRORS as exc:
                 raise Transient(f"{type(exc).__name__}: {exc or 'connection lost'}") from exc
 

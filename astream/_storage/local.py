@@ -17,6 +17,7 @@ import aiofiles
 import aiofiles.os
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     TransferEvents,
     Transient,
@@ -185,6 +186,13 @@ class LocalStorage(Storage):
 
     async def exists(self, url: str) -> bool:
         return bool(await aiofiles.os.path.exists(local_path_of(url)))
+
+    async def stat(self, url: str) -> ObjectInfo:
+        try:
+            st = await aiofiles.os.stat(local_path_of(url))
+        except OSError as exc:
+            raise _translate(url, exc) from exc
+        return ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")
 
     async def put(self, local_path: str, url: str) -> None:
         dest = local_path_of(url)

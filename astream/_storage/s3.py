@@ -5,6 +5,13 @@ set: ``S3_ENDPOINT_URL`` plus the standard ``AWS_*`` ones (and ``~/.aws``).
 botocore's own retries are turned off; astream's :class:`RetryPolicy` decides, so the
 time bound is the same for every scheme. ``SlowDown``/503/429 count as throttling. A
 cut transfer resumes with a ``Range`` request guarded by ``IfMatch: <ETag>``.
+
+``AWS_PROFILE`` picks a profile of ``~/.aws``. A public bucket needs no credentials:
+when none are found the requests go unsigned (``storage_options={"anonymous": True}``
+forces that). Requester-pays buckets: ``requester_pays=True``, or the bucket named in
+``MOSAICML_STREAMING_AWS_REQUESTER_PAYS`` (comma-separated names, as MosaicML reads it).
+``storage_options`` also take ``endpoint_url``, ``region``, ``key``/``secret``/``token``,
+``profile`` and ``ca_bundle``.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from urllib.parse import urlsplit
 import aiohttp
 
 from astream._storage.base import (
+    ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
@@ -32,6 +40,7 @@ from astream._storage.base import (
 )
 from astream._storage.sink import Sink
 from astream.errors import (
+    AccessDeniedError,
     DownloadError,
     MissingExtraError,
     RangeNotSupportedError,
@@ -69,6 +78,13 @@ class S3Storage(Storage):
     """A remote in an S3 (or S3-compatible) bucket."""
 
     schemes = ("s3",)
+    option_keys = frozenset(
+        {"endpoint_url", "region", "key", "secret", "token", "profile", "anonymous", "requester_pays", "ca_bundle"}
+    )
+    credentials_hint = (
+        "set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or AWS_PROFILE (a public bucket: "
+        "storage_options={'anonymous': True}; a requester-pays one: MOSAICML_STREAMING_AWS_REQUESTER_PAYS)"
+    )
 
     def __init__(
         self,
@@ -79,11 +95,54 @@ class S3Storage(Storage):
     ) -> None:
         super().__init__(options, events)
         self._get_session, self._AioConfig, self._exc = _import_aiobotocore()
+        import botocore
+
+        self._UNSIGNED = botocore.UNSIGNED
         self._client = client
         self._owns_client = client is None
         self._client_cm: Any = None
         self._lock: asyncio.Lock | None = None
         self._etags: dict[str, str] = {}
+        config = self.options.remote
+        pays = os.environ.get("MOSAICML_STREAMING_AWS_REQUESTER_PAYS", "")
+        self._requester_pays = config.flag("requester_pays", "s3://")
+        self._pays_buckets = {b.strip() for b in pays.split(",") if b.strip()}
+
+    def split(self, url: str) -> tuple[str, str]:
+        """``(bucket, key)`` of ``url`` (subclasses for other schemes override it)."""
+        return split_s3_url(url)
+
+    def _extra(self, bucket: str) -> dict[str, Any]:
+        """Arguments every request for ``bucket`` carries (``RequestPayer``)."""
+        if self._requester_pays or bucket in self._pays_buckets:
+            return {"RequestPayer": "requester"}
+        return {}
+
+    async def _client_args(self) -> tuple[Any, dict[str, Any], bool]:
+        """The botocore session, ``create_client`` arguments, and whether to sign requests."""
+        config = self.options.remote
+        session = self._get_session()
+        profile = config.text("profile", "s3://")
+        if profile:
+            session.set_config_variable("profile", profile)
+        key, secret = config.text("key", "s3://"), config.text("secret", "s3://")
+        args: dict[str, Any] = {
+            "endpoint_url": config.text("endpoint_url", "s3://") or os.environ.get("S3_ENDPOINT_URL") or None,
+            "region_name": config.text("region", "s3://")
+            or os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1",
+        }
+        if key and secret:
+            args.update(aws_access_key_id=key, aws_secret_access_key=secret,
+                        aws_session_token=config.text("token", "s3://"))
+        if config.text("ca_bundle", "s3://"):
+            args["verify"] = config.text("ca_bundle", "s3://")
+        unsigned = config.flag("anonymous", "s3://")
+        if not unsigned and not (key and secret):
+            try:
+                unsigned = await session.get_credentials() is None  # a public bucket: no credentials at all
+            except self._exc.BotoCoreError:
+                unsigned = False
+        return session, args, unsigned
 
     async def _get_client(self) -> Any:
         if self._closed:
@@ -95,16 +154,16 @@ class S3Storage(Storage):
         async with self._lock:
             if self._client is None:
                 opts = self.options
+                session, args, unsigned = await self._client_args()
+                signing = {"signature_version": self._UNSIGNED} if unsigned else {}
                 config = self._AioConfig(
                     connect_timeout=opts.timeouts.connect,
                     read_timeout=opts.timeouts.download,
                     retries={"total_max_attempts": 1},
                     max_pool_connections=opts.max_connections,
+                    **signing,
                 )
-                region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
-                self._client_cm = self._get_session().create_client(
-                    "s3", endpoint_url=os.environ.get("S3_ENDPOINT_URL") or None, region_name=region, config=config
-                )
+                self._client_cm = session.create_client("s3", config=config, **args)
                 self._client = await self._client_cm.__aenter__()
                 self._needs_close = True
         return self._client
@@ -124,14 +183,17 @@ class S3Storage(Storage):
             if code in ("PreconditionFailed", "InvalidRange") or status in (412, 416):
                 self._etags.pop(url, None)
                 return Transient(f"{what}: the object changed while we resumed; restarting")
+            denied = status in (401, 403) or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
             if verb == "upload":
-                return UploadError(f"{url}: upload refused ({what}); not retried")
+                hint = f"; {self.credentials_hint}" if denied else ""
+                return UploadError(f"{url}: upload refused ({what}){hint}; not retried")
             if code in _NOT_FOUND_CODES or status == 404:
                 return RemoteNotFoundError(f"{url}: {what}; check the bucket, the prefix and the split")
-            hint = " (check credentials and bucket policy)" if status == 403 else ""
-            return DownloadError(f"{url}: {what}{hint}; not retried")
+            if denied:
+                return AccessDeniedError(f"{url}: {what}; {self.credentials_hint}; not retried")
+            return DownloadError(f"{url}: {what}; not retried")
         if isinstance(exc, exc_mod.NoCredentialsError):
-            return DownloadError(f"{url}: no AWS credentials; set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or a profile")
+            return AccessDeniedError(f"{url}: no credentials found; {self.credentials_hint}")
         if isinstance(exc, (exc_mod.BotoCoreError, aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)):
             return Transient(f"{type(exc).__name__}: {exc}")
         return DownloadError(f"{url}: {type(exc).__name__}: {exc}")
@@ -141,11 +203,11 @@ class S3Storage(Storage):
     ) -> None:
         ev = events or self.events
         client = await self._get_client()
-        bucket, key = split_s3_url(url)
+        bucket, key = self.split(url)
         chunk = self.options.chunk_size
 
         async def attempt(n: int) -> None:
-            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key}
+            kwargs: dict[str, Any] = {"Bucket": bucket, "Key": key, **self._extra(bucket)}
             offset = sink.received
             etag = self._etags.get(url)
             if offset and etag:
@@ -191,11 +253,11 @@ class S3Storage(Storage):
 
     async def read_bytes(self, url: str) -> bytes:
         client = await self._get_client()
-        bucket, key = split_s3_url(url)
+        bucket, key = self.split(url)
 
         async def attempt(n: int) -> bytes:
             try:
-                resp = await client.get_object(Bucket=bucket, Key=key)
+                resp = await client.get_object(Bucket=bucket, Key=key, **self._extra(bucket))
                 async with resp["Body"] as body:
                     return bytes(await body.read())
             except Exception as exc:
@@ -208,12 +270,14 @@ class S3Storage(Storage):
         if start == end:
             return b""
         client = await self._get_client()
-        bucket, key = split_s3_url(url)
+        bucket, key = self.split(url)
         length = end - start
 
         async def attempt(n: int) -> bytes:
             try:
-                resp = await client.get_object(Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}")
+                resp = await client.get_object(
+                    Bucket=bucket, Key=key, Range=f"bytes={start}-{end - 1}", **self._extra(bucket)
+                )
                 # Leaving this block closes the body: an unread one drops its connection.
                 async with resp["Body"] as body:
                     status = int(resp.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
@@ -258,11 +322,11 @@ class S3Storage(Storage):
 
     async def exists(self, url: str) -> bool:
         client = await self._get_client()
-        bucket, key = split_s3_url(url)
+        bucket, key = self.split(url)
 
         async def attempt(n: int) -> bool:
             try:
-                await client.head_object(Bucket=bucket, Key=key)
+                await client.head_object(Bucket=bucket, Key=key, **self._extra(bucket))
             except Exception as exc:
                 err = self._translate(url, exc)
                 if isinstance(err, RemoteNotFoundError):
@@ -272,9 +336,22 @@ class S3Storage(Storage):
 
         return await with_retries(url, attempt, self.options, self.events)
 
+    async def stat(self, url: str) -> ObjectInfo:
+        client = await self._get_client()
+        bucket, key = self.split(url)
+
+        async def attempt(n: int) -> ObjectInfo:
+            try:
+                head = await client.head_object(Bucket=bucket, Key=key, **self._extra(bucket))
+            except Exception as exc:
+                raise self._translate(url, exc) from exc
+            return ObjectInfo(int(head["ContentLength"]), head.get("ETag"))
+
+        return await with_retries(url, attempt, self.options, self.events)
+
     async def put(self, local_path: str, url: str) -> None:
         client = await self._get_client()
-        bucket, key = split_s3_url(url)
+        bucket, key = self.split(url)
 
         def read() -> bytes:
             with open(local_path, "rb") as fh:
@@ -284,7 +361,7 @@ class S3Storage(Storage):
 
         async def attempt(n: int) -> None:
             try:
-                await client.put_object(Bucket=bucket, Key=key, Body=data)
+                await client.put_object(Bucket=bucket, Key=key, Body=data, **self._extra(bucket))
             except Exception as exc:
                 raise self._translate(url, exc, "upload") from exc
 

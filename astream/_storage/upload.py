@@ -23,6 +23,7 @@ import inspect
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 from typing import Any
 
 from tqdm import tqdm
@@ -35,7 +36,7 @@ from astream._format.text_writer import XSVWriter as LocalXSVWriter
 from astream._format.writer import MDSWriter as LocalMDSWriter
 from astream._storage.base import StorageOptions
 from astream._storage.loop import LoopThread
-from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.registry import StoragePool, configure, join_url, scheme_of
 from astream.errors import ConfigError, UploadError
 
 __all__ = ["CSVWriter", "JSONWriter", "MDSWriter", "RemoteMDSWriter", "TSVWriter", "Uploads", "XSVWriter"]
@@ -61,6 +62,8 @@ class Uploads(ShardWriter):
         progress_bar: show a tqdm progress bar of the files uploaded.
         max_workers: uploads in flight at once (default ``min(32, cpu_count + 4)``).
         options: timeouts and retries of the uploads.
+        storage_options: settings of the remote's backend (endpoint, credentials...), as for
+            :class:`Stream`; an unknown key is refused.
         max_pending: finished files allowed to wait for upload before ``write`` blocks.
 
     Raises:
@@ -70,7 +73,8 @@ class Uploads(ShardWriter):
 
     def __init__(
         self, *args: Any, keep_local: bool = False, progress_bar: bool = False, max_workers: int | None = None,
-        options: StorageOptions | None = None, max_pending: int = 8, **kwargs: Any,
+        options: StorageOptions | None = None, storage_options: Mapping[str, Any] | None = None,
+        max_pending: int = 8, **kwargs: Any,
     ) -> None:
         workers = default_max_workers() if max_workers is None else max_workers
         for name, value in (("max_workers", workers), ("max_pending", max_pending)):
@@ -91,6 +95,12 @@ class Uploads(ShardWriter):
         self._thread: LoopThread | None = None
         self._pool: StoragePool | None = None
         self._limit: asyncio.Semaphore | None = None
+        out = args[0] if args else kwargs.get("out")
+        remote = out[1] if isinstance(out, tuple) and len(out) == 2 else out
+        if isinstance(remote, str) and scheme_of(remote):
+            self._options = configure(remote, storage_options, self._options)  # before any file is made
+        elif storage_options:
+            raise ConfigError(f"storage_options were given but out={out!r} names no remote")
         super().__init__(*args, **kwargs)
 
     # -- hooks of ShardWriter -------------------------------------------------------------------

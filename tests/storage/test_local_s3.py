@@ -126,8 +126,8 @@ def test_scheme_and_join() -> None:
     assert scheme_of("S3://b/k") == "s3"
     assert join_url("http://h/ds/", "train", "index.json") == "http://h/ds/train/index.json"
     assert join_url("/data/ds", None, "3/shard.00000.mds") == "/data/ds/3/shard.00000.mds"
-    with pytest.raises(ConfigError, match="unsupported scheme 'gs'"):
-        storage_class("gs://bucket/x")
+    with pytest.raises(ConfigError, match="unsupported scheme 'oci'"):
+        storage_class("oci://bucket/x")
 
 
 def test_run_uses_uvloop_without_touching_the_global_policy() -> None:
