@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 
-from astream import errors
+from astream import convert, errors
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.dataset import StreamingDataset
@@ -17,6 +17,7 @@ from astream._dataset.stream import Stream
 from astream._format.local import LocalDataset
 from astream._storage.registry import register as register_storage
 from astream._storage.upload import CSVWriter, JSONWriter, MDSWriter, TSVWriter, XSVWriter
+from astream.convert import merge_index
 from astream.errors import AstreamError
 
 __version__ = "0.1.0.dev0"
@@ -36,7 +37,9 @@ __all__ = [
     "World",
     "XSVWriter",
     "__version__",
+    "convert",
     "errors",
+    "merge_index",
     "register_storage",
 ]
 
