@@ -9,7 +9,7 @@ optimum (Belady with the node's whole plan, :func:`astream._cache.eviction.offli
 with the ratio to it. Every run checks the epoch is exact.
 
 With ``--peer PYTHON`` (a venv with torch and mosaicml-streaming 0.13, see
-/work/shared/PEER.md) each configuration also runs mosaicml-streaming's ranks
+docs/bench/peer.md) each configuration also runs mosaicml-streaming's ranks
 (``benchmarks/cache_peer_rank.py``, direct iteration, the same py1e order) against the same
 server as an S3 endpoint, with the same ``cache_limit``.
 

@@ -1,7 +1,7 @@
 """One rank of mosaicml-streaming for benchmarks/cache_bench.py ``--peer`` (run in the peer's venv).
 
 No astream import: it runs in a separate virtual environment with torch and
-mosaicml-streaming 0.13 (see /work/shared/PEER.md). The remote is ``s3://`` at the
+mosaicml-streaming 0.13 (see docs/bench/peer.md). The remote is ``s3://`` at the
 benchmark's loopback server (``S3_ENDPOINT_URL``); torch.distributed (gloo) joins the
 ranks, as the peer requires with ``WORLD_SIZE > 1``. Writes the ids it read and its
 epoch time as JSON.
@@ -25,7 +25,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, required=True)
     parser.add_argument("--block", type=int, default=None)
     args = parser.parse_args()
-    # its package __init__ imports streaming.vision, which needs torchvision (PEER.md)
+    # its package __init__ imports streaming.vision, which needs torchvision (docs/bench/peer.md)
     vision = types.ModuleType("streaming.vision")
     vision.__path__ = []  # type: ignore[attr-defined]
     sys.modules.setdefault("streaming.vision", vision)
