@@ -36,6 +36,7 @@ from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import shard_key
 from astream._dataset.samples import SampleSteps
 from astream._dataset.shards import RESIDENT_BUDGET, OpenShards, leases_of
+from astream._format.gather import gather_batch
 from astream._format.shard import ShardReader
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -304,8 +305,8 @@ class EpochReader:
         if shards[0] == shards[-1] and (shards == shards[0]).all():
             return self._reader(int(shards[0]), peeked).get_batch(offsets)
         uniq, groups = group_positions(shards)
-        parts = [(idx, self._reader(int(g), peeked).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
-        return _scatter(parts, b - a)
+        sources = [self._reader(int(g), peeked) for g in uniq.tolist()]
+        return gather_batch(sources, groups, [offsets[idx] for idx in groups], b - a, f"shards {uniq.tolist()}")
 
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
@@ -406,23 +407,3 @@ def _apply(fn: Callable[[Any], Any], batch: Any) -> Any:
 def _retrieve(future: asyncio.Future[Any]) -> None:
     if not future.cancelled():
         future.exception()
-
-
-def _scatter(parts: list[tuple[Int64Array, dict[str, Any]]], size: int) -> dict[str, Any]:
-    """Put per-shard pieces of a batch back into sequence order."""
-    out: dict[str, Any] = {}
-    for name in parts[0][1]:
-        values = [part[name] for _, part in parts]
-        if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
-            first = values[0]
-            column = np.empty((size, *first.shape[1:]), first.dtype)
-            for (idx, _), v in zip(parts, values, strict=True):
-                column[idx] = v
-            out[name] = column
-        else:
-            items: list[Any] = [None] * size
-            for (idx, _), v in zip(parts, values, strict=True):
-                for j, item in zip(idx.tolist(), list(v), strict=True):
-                    items[j] = item
-            out[name] = items
-    return out
