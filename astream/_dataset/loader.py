@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import pickle
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -28,6 +29,7 @@ from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
+from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
 from astream._dataset.stats import ConsumerCounters, Stats
 from astream._dataset.workers import WORKER_MODES, WorkerPool
 from astream._sampling.order import batch_counts, rank_batches, round_robin
@@ -147,8 +149,13 @@ class Loader:
             raise ConfigError("collate_fn must be callable")
         if batch_transform is not None and not callable(batch_transform):
             raise ConfigError("batch_transform must be a function of one batch")
+        self._worker_start = WorkerStart()
         if num_workers > 0 and worker_mode == "process":
             _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
+            # Decided here, where the caller's frames are on the stack (iteration runs on
+            # astream's loop thread): a script without a main guard (startup.py).
+            parts = pickle.dumps((dataset, collate_fn, batch_transform))
+            self._worker_start = decide_start(parts, sys._getframe(1))
         self.dataset = dataset
         self.batch_size = size
         self.num_workers = num_workers
@@ -166,8 +173,9 @@ class Loader:
             # Join the node now, in the background (the agent starts if this is the first
             # process there: a process of its own when several ranks share the node), so
             # that it happens while the caller builds the model instead of before the
-            # first batch. Failures surface at iteration.
+            # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
+            prestart(process_context(_EpochJob.__module__, self._worker_start))
 
     # -- the async core ----------------------------------------------------------------------
 
@@ -207,7 +215,8 @@ class Loader:
                        batch_size=self.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
         async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
-                              loop_factory=new_event_loop, schedule=schedule.tolist()) as pool:
+                              loop_factory=new_event_loop, schedule=schedule.tolist(),
+                              start=self._worker_start) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:

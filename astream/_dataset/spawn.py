@@ -3,7 +3,8 @@
 Processes start with ``forkserver`` (``spawn`` where it is missing): never a plain
 fork, because the parent may already run an event loop and threads (uvloop and
 aiohttp are not fork-safe). The forkserver preloads the job's module, so a worker is a
-fork of an interpreter that has imported astream already, not a fresh import each.
+fork of an interpreter that has imported astream already, not a fresh import each
+(:mod:`astream._dataset.startup` decides what it preloads, and starts it early).
 
 Each worker has a pipe for its messages (large buffers go as anonymous files over a
 Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
@@ -27,6 +28,7 @@ from typing import Any, Protocol
 
 from astream._dataset.handoff import worker_start_at
 from astream._dataset.job import WorkerJob, produce
+from astream._dataset.startup import WorkerStart, hidden_main
 from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
 
 try:
@@ -34,30 +36,12 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PoolSide", "ProcessWorker", "process_context"]
+__all__ = ["PoolSide", "ProcessWorker"]
 
 # Bytes a worker's pipe holds (Linux; the default is 64 KiB): room for dozens of small
 # batches, so a worker runs ahead while the consumer waits for a time slice, and big
 # batches cross in a few writes instead of one per 64 KiB.
 _PIPE_BYTES = 1 << 20
-
-
-def process_context(preload: str | None = None) -> mp.context.BaseContext:
-    """The multiprocessing context workers start with, preloading module ``preload``."""
-    methods = mp.get_all_start_methods()
-    if "forkserver" not in methods:
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    if preload:
-        # Takes effect when the forkserver starts (the first time any forkserver process
-        # starts here); the modules already asked for, ``__main__`` by default, stay.
-        from multiprocessing import forkserver
-
-        current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-        if preload not in current:
-            with contextlib.suppress(Exception):
-                ctx.set_forkserver_preload([*current, preload])
-    return ctx
 
 
 def _socket_of(conn: Connection) -> socket.socket:
@@ -132,9 +116,10 @@ class ProcessWorker:
 
     def __init__(
         self, ctx: mp.context.BaseContext, payload: bytes, wid: int, loop_factory: Callable[[], Any],
-        with_control: bool,
+        with_control: bool, start: WorkerStart,
     ) -> None:
         self.wid = wid
+        self._start = start
         self.conn, child = ctx.Pipe(duplex=False)
         _widen(self.conn)
         self.control: Connection | None = None
@@ -174,7 +159,8 @@ class ProcessWorker:
             self._close_child_ends()
             return
         try:
-            self.proc.start()
+            with hidden_main(self._start):
+                self.proc.start()
         except BaseException as exc:
             pool.start_failed(self.wid, ("error", f"loader worker {self.wid} could not start: {exc!r}"))
             return

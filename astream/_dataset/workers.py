@@ -26,7 +26,8 @@ from typing import Any
 from astream._dataset.depth import queue_depth
 from astream._dataset.handoff import StandIns
 from astream._dataset.job import WorkerJob, produce
-from astream._dataset.spawn import ProcessWorker, process_context
+from astream._dataset.spawn import ProcessWorker
+from astream._dataset.startup import WorkerStart, process_context
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WORKER_MODES", "WorkerJob", "WorkerPool"]
@@ -55,6 +56,7 @@ class WorkerPool:
             (:func:`astream._sampling.order.round_robin` of the plan); a worker that ends
             before its share raises :class:`WorkerError`. ``None``: round-robin over
             whatever each worker produces.
+        start: how processes start (:func:`astream._dataset.startup.decide_start`).
     """
 
     def __init__(
@@ -65,6 +67,7 @@ class WorkerPool:
         prefetch: int,
         loop_factory: Callable[[], asyncio.AbstractEventLoop],
         schedule: Sequence[int] | None = None,
+        start: WorkerStart | None = None,
     ) -> None:
         if mode not in WORKER_MODES:
             raise ConfigError(f"worker_mode={mode!r} is not one of {', '.join(WORKER_MODES)}")
@@ -75,6 +78,7 @@ class WorkerPool:
         self._mode = mode
         self._prefetch = max(1, prefetch)
         self._loop_factory = loop_factory
+        self._start_how = start if start is not None else WorkerStart()
         self._schedule = None if schedule is None else [int(w) for w in schedule]
         if self._schedule is not None and any(not 0 <= w < num_workers for w in self._schedule):
             raise ConfigError(f"a WorkerPool schedule names a worker outside 0..{num_workers - 1}")
@@ -115,9 +119,10 @@ class WorkerPool:
                 self._threads.append(thread)
             return
         stand_in = bool(getattr(self._job, "stand_in", False))
-        ctx = process_context(type(self._job).__module__)
+        ctx = process_context(type(self._job).__module__, self._start_how)
         payload = pickle.dumps(self._job)  # once, here: every worker and stand-in gets a copy
-        self._processes = [ProcessWorker(ctx, payload, wid, self._loop_factory, with_control=stand_in)
+        self._processes = [ProcessWorker(ctx, payload, wid, self._loop_factory, with_control=stand_in,
+                                         start=self._start_how)
                            for wid in range(self._num_workers)]
         if stand_in:
             controls = [p.control for p in self._processes if p.control is not None]
