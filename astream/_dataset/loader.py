@@ -25,6 +25,7 @@ import numpy as np
 
 from astream._checks import check_int
 from astream._dataset.bridge import SyncIterator
+from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.reader import StartAt
@@ -110,6 +111,10 @@ class Loader:
             64 batches), because every batch costs a thread wake-up on its way.
         worker_mode: ``"process"`` (started with forkserver/spawn, never fork) or ``"thread"``.
         batch_transform: applied to each collated batch, in the worker that made it.
+        persistent_workers: keep worker processes from one epoch (and one ``for`` over
+            the loader) to the next; each new epoch is sent to the running workers.
+            They stop at ``close()``, at the end of ``with``, or when the loader is
+            garbage collected. An epoch left early starts new workers for the next.
 
     Raises:
         ConfigError: no batch size anywhere, or a bad parameter.
@@ -125,6 +130,7 @@ class Loader:
         prefetch_batches: int = 2,
         worker_mode: str = "process",
         batch_transform: BatchTransform | None = None,
+        persistent_workers: bool = True,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
@@ -150,6 +156,7 @@ class Loader:
         if batch_transform is not None and not callable(batch_transform):
             raise ConfigError("batch_transform must be a function of one batch")
         self._worker_start = WorkerStart()
+        self._crew: Crew | None = None
         if num_workers > 0 and worker_mode == "process":
             _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
             # Decided here, where the caller's frames are on the stack (iteration runs on
@@ -176,6 +183,11 @@ class Loader:
             # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
             prestart(process_context(_EpochJob.__module__, self._worker_start))
+            if persistent_workers:
+                self._crew = Crew()
+                # The processes and their pipes go with the loader at the latest, never
+                # with the collection of their objects.
+                weakref.finalize(self, self._crew.close)
 
     # -- the async core ----------------------------------------------------------------------
 
@@ -216,7 +228,7 @@ class Loader:
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
         async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
                               loop_factory=new_event_loop, schedule=schedule.tolist(),
-                              start=self._worker_start) as pool:
+                              start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
@@ -254,7 +266,7 @@ class Loader:
     # -- closing -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop this loader's iterations in progress: their workers exit, their transfers stop.
+        """Stop this loader's iterations in progress and its worker processes (kept between epochs).
 
         The loader stays usable (the next ``for`` starts a new epoch as usual) and the
         dataset stays open; ``dataset.close()`` leaves the node. Iterations that end or are
@@ -267,6 +279,8 @@ class Loader:
             batches.close()
         for iteration in list(self._open_async):
             iteration.close_soon()
+        if self._crew is not None:
+            self._crew.close()
 
     async def aclose(self) -> None:
         """:meth:`close`, waiting for the ``async for`` iterations of the running loop to end."""
@@ -279,6 +293,8 @@ class Loader:
             iteration.close_soon()
         for batches in list(self._open_sync):
             await asyncio.to_thread(batches.close)
+        if self._crew is not None:
+            await asyncio.to_thread(self._crew.close)
 
     def __enter__(self) -> Loader:
         return self

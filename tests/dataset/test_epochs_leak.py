@@ -44,6 +44,9 @@ def test_a_hundred_epochs_with_workers_stay_flat(tmp_path: Path) -> None:
     try:
         with Loader(ds, num_workers=2) as warm:  # the forkserver and the node agent start here
             assert sum(len(b["id"]) for b in warm) == N
+        # Loaders of earlier tests kept alive by reference cycles (a traceback) hold their
+        # persistent workers until collected: collect them now, not during the count.
+        gc.collect()
         gc.disable()  # descriptors and maps may not depend on a collection running
         try:
             before = (_fds(), _maps(root))
@@ -59,7 +62,11 @@ def test_a_hundred_epochs_with_workers_stay_flat(tmp_path: Path) -> None:
         (fds2, maps2) = held[2]
         assert max(f for f, _ in held[2:]) <= fds2 * 1.1, f"descriptors grew over epochs: {held[::5]}"
         assert max(m for _, m in held[2:]) <= maps2 * 1.1 + 1, f"shard maps grew over epochs: {held[::5]}"
-        assert after == before, f"(descriptors, maps) {before} before the loader, {after} after close()"
+        # At most: node agents of earlier tests' datasets may shut down meanwhile (they
+        # linger after their last client), which closes descriptors of theirs.
+        msg = f"(descriptors, maps) {before} before the loader, {after} after close()"
+        assert after[0] <= before[0], msg
+        assert after[1] == before[1], msg
         loader = Loader(ds, num_workers=2)
         rss = []
         for _ in range(100):
