@@ -61,18 +61,16 @@ class StandIns:
         slots: the pool's count of room in each queue (taken before a put).
         launch: set once worker processes may start (the first batch is on its way, or
             ``delay`` passed): before, their start would only take the CPU from it.
-        controls: each worker's control pipe (the consumer's end).
     """
 
     def __init__(
         self, queues: Sequence[asyncio.Queue[tuple[str, Any]]], slots: Sequence[threading.Semaphore],
-        launch: threading.Event, controls: Sequence[Connection],
+        launch: threading.Event,
     ) -> None:
         n = len(queues)
         self._queues = queues
         self._slots = slots
         self._launch = launch
-        self._controls = controls
         self._tasks: list[asyncio.Task[None]] = []
         self._produced = [0] * n
         self._done = [False] * n

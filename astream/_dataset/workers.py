@@ -140,8 +140,7 @@ class WorkerPool:
                                              start=self._start_how, persistent=self._keeps)
                                for wid in range(self._num_workers)]
         if stand_in:
-            controls = [p.control for p in self._processes if p.control is not None]
-            self._stand_ins = StandIns(self._queues, self._slots, self.launch, controls)
+            self._stand_ins = StandIns(self._queues, self._slots, self.launch)
             self._stand_ins.start(loop, payload, _LAUNCH_DELAY)
         else:
             self.launch.set()
