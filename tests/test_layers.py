@@ -11,7 +11,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / "astream"
 
 # A module of a layer may import astream modules of its own layer and the layers before it.
 LAYERS = [
-    ("errors", "_units", "_arrays", "_checks"),
+    ("errors", "_units", "_arrays", "_checks", "_resource"),
     ("_format",),
     ("_storage",),
     ("_cache",),

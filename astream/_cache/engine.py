@@ -24,7 +24,6 @@ import os
 import warnings
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import Executor
-from types import TracebackType
 
 from astream._cache.cache import ShardCache, State
 from astream._cache.durability import BackgroundSync
@@ -35,6 +34,7 @@ from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
 from astream._format.hashing import check_algorithm
 from astream._format.index import Index
+from astream._resource import AsyncResource
 from astream._storage.base import Storage, StorageOptions
 from astream._storage.executor import PriorityExecutor
 from astream._storage.local import local_path_of
@@ -45,7 +45,7 @@ from astream.errors import CacheError, UsageError
 __all__ = ["ShardEngine"]
 
 
-class ShardEngine(Installation):
+class ShardEngine(Installation, AsyncResource):
     """Downloads, validates, decompresses and caches the shards of one dataset (or split).
 
     Args:
@@ -189,18 +189,11 @@ class ShardEngine(Installation):
             await asyncio.get_running_loop().run_in_executor(self._executor, remove)
             self.cache.stale_markers = []
 
-    async def __aenter__(self) -> ShardEngine:
+    async def _aopen(self) -> None:
         await self.start()
-        return self
 
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        if getattr(self, "_started", False) and not getattr(self, "_closed", True):
-            warnings.warn("ShardEngine was not closed; use `async with ShardEngine(...)`", ResourceWarning, stacklevel=2)
+    def _unclosed(self) -> bool:
+        return bool(getattr(self, "_started", False) and not getattr(self, "_closed", True))
 
     # -- the shard API ------------------------------------------------------------------------
     def path(self, i: int) -> str:

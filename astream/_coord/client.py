@@ -37,6 +37,7 @@ from astream._coord.reports import PlanReports
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
 from astream._coord.wire import MAX_KEYS
 from astream._coord.world import World
+from astream._resource import AsyncResource
 from astream._storage.loop import within
 from astream.errors import BarrierTimeout, CoordinationError, UsageError
 
@@ -46,7 +47,7 @@ _MAX_REELECTIONS = 5
 log = logging.getLogger("astream.coord")
 
 
-class AsyncNodeClient(PlanReports):
+class AsyncNodeClient(PlanReports, AsyncResource):
     """A process's membership of its node: ensure, pins, barriers, epoch.
 
     Args:
@@ -85,12 +86,8 @@ class AsyncNodeClient(PlanReports):
 
     # -- lifecycle ----------------------------------------------------------------------
 
-    async def __aenter__(self) -> AsyncNodeClient:
+    async def _aopen(self) -> None:
         await self.aconnect()
-        return self
-
-    async def __aexit__(self, *exc_info: object) -> None:
-        await self.aclose()
 
     async def aconnect(self) -> None:
         """Join the node now (otherwise the first call does)."""

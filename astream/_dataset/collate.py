@@ -13,9 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-__all__ = ["collate_samples", "concat_batches", "scatter_parts"]
+__all__ = ["collate_samples", "concat_batches"]
 
 _NUMERIC_SCALARS = (int, float, bool, np.generic)
 
@@ -62,24 +61,4 @@ def concat_batches(parts: Sequence[dict[str, np.ndarray | list[Any]]]) -> dict[s
         for c in columns:
             joined.extend(list(c))
         out[key] = joined
-    return out
-
-
-def scatter_parts(parts: list[tuple[npt.NDArray[np.int64], dict[str, Any]]], size: int) -> dict[str, Any]:
-    """Put per-shard pieces of a batch back into sequence order."""
-    out: dict[str, Any] = {}
-    for name in parts[0][1]:
-        values = [part[name] for _, part in parts]
-        if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
-            first = values[0]
-            column = np.empty((size, *first.shape[1:]), first.dtype)
-            for (idx, _), v in zip(parts, values, strict=True):
-                column[idx] = v
-            out[name] = column
-        else:
-            items: list[Any] = [None] * size
-            for (idx, _), v in zip(parts, values, strict=True):
-                for j, item in zip(idx.tolist(), list(v), strict=True):
-                    items[j] = item
-            out[name] = items
     return out

@@ -8,7 +8,8 @@ it is ready. The protocol, both sides of it:
    None)`` and waits (:func:`worker_start_at`, handed to the job as ``start_at``);
 2. the consumer stops that worker's stand-in and answers on the worker's control pipe
    with the number of batches the stand-in delivered, or ``-1`` when it delivered them
-   all (:meth:`StandIns.take_over`);
+   all (:meth:`StandIns.take_over` decides, the worker's reader thread sends it with
+   :func:`send_start`; without stand-ins, a persistent worker's next epoch, it is 0);
 3. the worker skips that many batches without reading them and goes on from there.
 
 The batches and their order are the same as without stand-ins; the first ones just
@@ -20,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-import contextlib
 import pickle
 import struct
 import threading
@@ -32,7 +32,7 @@ from typing import Any
 from astream._dataset.job import Emit, WorkerJob, describe
 from astream._dataset.reader import StartAt
 
-__all__ = ["StandIns", "worker_start_at"]
+__all__ = ["StandIns", "send_start", "worker_start_at"]
 
 _START = struct.Struct("<q")
 
@@ -48,6 +48,11 @@ def worker_start_at(emit: Emit, control: Connection, loop: asyncio.AbstractEvent
     return start_at
 
 
+def send_start(control: Connection, start: int) -> None:
+    """The consumer's answer to a worker's "ready": where it starts (sent by its reader thread)."""
+    control.send_bytes(_START.pack(start))
+
+
 class StandIns:
     """The consumer's side: one stand-in task per worker, until its process takes over.
 
@@ -56,18 +61,16 @@ class StandIns:
         slots: the pool's count of room in each queue (taken before a put).
         launch: set once worker processes may start (the first batch is on its way, or
             ``delay`` passed): before, their start would only take the CPU from it.
-        controls: each worker's control pipe (the consumer's end).
     """
 
     def __init__(
         self, queues: Sequence[asyncio.Queue[tuple[str, Any]]], slots: Sequence[threading.Semaphore],
-        launch: threading.Event, controls: Sequence[Connection],
+        launch: threading.Event,
     ) -> None:
         n = len(queues)
         self._queues = queues
         self._slots = slots
         self._launch = launch
-        self._controls = controls
         self._tasks: list[asyncio.Task[None]] = []
         self._produced = [0] * n
         self._done = [False] * n
@@ -133,10 +136,7 @@ class StandIns:
                 self._slots[wid].acquire(blocking=False)
                 self._queues[wid].put_nowait(msg)
             return
-        start = -1 if done else self._produced[wid]
-        with contextlib.suppress(OSError):
-            self._controls[wid].send_bytes(_START.pack(start))
-        decision.set_result(start)
+        decision.set_result(-1 if done else self._produced[wid])  # the reader thread sends it
 
     def cancel(self, wid: int) -> None:
         """Stop worker ``wid``'s stand-in (its process could not start)."""

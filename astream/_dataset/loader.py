@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import copy
 import pickle
+import sys
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -24,10 +25,12 @@ import numpy as np
 
 from astream._checks import check_int
 from astream._dataset.bridge import SyncIterator
+from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
+from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
 from astream._dataset.stats import ConsumerCounters, Stats
 from astream._dataset.workers import WORKER_MODES, WorkerPool
 from astream._sampling.order import batch_counts, rank_batches, round_robin
@@ -108,6 +111,10 @@ class Loader:
             64 batches), because every batch costs a thread wake-up on its way.
         worker_mode: ``"process"`` (started with forkserver/spawn, never fork) or ``"thread"``.
         batch_transform: applied to each collated batch, in the worker that made it.
+        persistent_workers: keep worker processes from one epoch (and one ``for`` over
+            the loader) to the next; each new epoch is sent to the running workers.
+            They stop at ``close()``, at the end of ``with``, or when the loader is
+            garbage collected. An epoch left early starts new workers for the next.
 
     Raises:
         ConfigError: no batch size anywhere, or a bad parameter.
@@ -123,6 +130,7 @@ class Loader:
         prefetch_batches: int = 2,
         worker_mode: str = "process",
         batch_transform: BatchTransform | None = None,
+        persistent_workers: bool = True,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
@@ -147,8 +155,14 @@ class Loader:
             raise ConfigError("collate_fn must be callable")
         if batch_transform is not None and not callable(batch_transform):
             raise ConfigError("batch_transform must be a function of one batch")
+        self._worker_start = WorkerStart()
+        self._crew: Crew | None = None
         if num_workers > 0 and worker_mode == "process":
             _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
+            # Decided here, where the caller's frames are on the stack (iteration runs on
+            # astream's loop thread): a script without a main guard (startup.py).
+            parts = pickle.dumps((dataset, collate_fn, batch_transform))
+            self._worker_start = decide_start(parts, sys._getframe(1))
         self.dataset = dataset
         self.batch_size = size
         self.num_workers = num_workers
@@ -166,8 +180,14 @@ class Loader:
             # Join the node now, in the background (the agent starts if this is the first
             # process there: a process of its own when several ranks share the node), so
             # that it happens while the caller builds the model instead of before the
-            # first batch. Failures surface at iteration.
+            # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
+            prestart(process_context(_EpochJob.__module__, self._worker_start))
+            if persistent_workers:
+                self._crew = Crew()
+                # The processes and their pipes go with the loader at the latest, never
+                # with the collection of their objects.
+                weakref.finalize(self, self._crew.close)
 
     # -- the async core ----------------------------------------------------------------------
 
@@ -207,7 +227,8 @@ class Loader:
                        batch_size=self.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
         async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
-                              loop_factory=new_event_loop, schedule=schedule.tolist()) as pool:
+                              loop_factory=new_event_loop, schedule=schedule.tolist(),
+                              start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
@@ -245,7 +266,7 @@ class Loader:
     # -- closing -----------------------------------------------------------------------------
 
     def close(self) -> None:
-        """Stop this loader's iterations in progress: their workers exit, their transfers stop.
+        """Stop this loader's iterations in progress and its worker processes (kept between epochs).
 
         The loader stays usable (the next ``for`` starts a new epoch as usual) and the
         dataset stays open; ``dataset.close()`` leaves the node. Iterations that end or are
@@ -258,6 +279,8 @@ class Loader:
             batches.close()
         for iteration in list(self._open_async):
             iteration.close_soon()
+        if self._crew is not None:
+            self._crew.close()
 
     async def aclose(self) -> None:
         """:meth:`close`, waiting for the ``async for`` iterations of the running loop to end."""
@@ -270,6 +293,8 @@ class Loader:
             iteration.close_soon()
         for batches in list(self._open_sync):
             await asyncio.to_thread(batches.close)
+        if self._crew is not None:
+            await asyncio.to_thread(self._crew.close)
 
     def __enter__(self) -> Loader:
         return self

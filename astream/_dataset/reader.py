@@ -34,13 +34,15 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.collate import collate_samples, scatter_parts
+from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
+from astream._format.gather import gather_batch
 from astream._format.shard import ShardReader
+from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
 
@@ -56,7 +58,8 @@ StartAt = Callable[[], Awaitable[int]]
 # Samples per chunk of direct iteration (``for sample in ds``).
 CHUNK = 64
 
-class EpochReader:
+
+class EpochReader(AsyncResource):
     """One worker's pass over its sample ids: leases, prefetch, and reading.
 
     Use ``async with``; iterate :meth:`batches` or :meth:`samples` once.
@@ -127,12 +130,7 @@ class EpochReader:
         self._prefetch: asyncio.Task[None] | None = None
         self._held: set[int] = set()
         self._requests: set[asyncio.Task[None]] = set()
-        # Mapped pages: the shards read since they were last handed back, and about how
-        # many bytes (records of the shard's mean size).
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
-
-    async def __aenter__(self) -> EpochReader:
-        return self
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence and (unbounded) start prefetching, once one read's size is known."""
@@ -161,9 +159,6 @@ class EpochReader:
                                          window=self._predownload)
             self._node.report_progress(self._name, self._consumed)
             self._prefetch = asyncio.get_running_loop().create_task(self._run_prefetch())
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     async def aclose(self) -> None:
         task, self._prefetch = self._prefetch, None
@@ -305,8 +300,8 @@ class EpochReader:
         if shards[0] == shards[-1] and (shards == shards[0]).all():
             return self._reader(int(shards[0]), peeked).get_batch(offsets)
         uniq, groups = group_positions(shards)
-        parts = [(idx, self._reader(int(g), peeked).get_batch(offsets[idx])) for g, idx in zip(uniq, groups, strict=True)]
-        return scatter_parts(parts, b - a)
+        sources = [self._reader(int(g), peeked) for g in uniq.tolist()]
+        return gather_batch(sources, groups, [offsets[idx] for idx in groups], b - a, f"shards {uniq.tolist()}")
 
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]

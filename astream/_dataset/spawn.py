@@ -3,7 +3,8 @@
 Processes start with ``forkserver`` (``spawn`` where it is missing): never a plain
 fork, because the parent may already run an event loop and threads (uvloop and
 aiohttp are not fork-safe). The forkserver preloads the job's module, so a worker is a
-fork of an interpreter that has imported astream already, not a fresh import each.
+fork of an interpreter that has imported astream already, not a fresh import each
+(:mod:`astream._dataset.startup` decides what it preloads, and starts it early).
 
 Each worker has a pipe for its messages (large buffers go as anonymous files over a
 Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
@@ -25,8 +26,9 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from astream._dataset.handoff import worker_start_at
+from astream._dataset.handoff import send_start, worker_start_at
 from astream._dataset.job import WorkerJob, produce
+from astream._dataset.startup import WorkerStart, hidden_main
 from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
 
 try:
@@ -34,30 +36,12 @@ try:
 except ImportError:  # pragma: no cover - Windows
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["PoolSide", "ProcessWorker", "process_context"]
+__all__ = ["PoolSide", "ProcessWorker"]
 
 # Bytes a worker's pipe holds (Linux; the default is 64 KiB): room for dozens of small
 # batches, so a worker runs ahead while the consumer waits for a time slice, and big
 # batches cross in a few writes instead of one per 64 KiB.
 _PIPE_BYTES = 1 << 20
-
-
-def process_context(preload: str | None = None) -> mp.context.BaseContext:
-    """The multiprocessing context workers start with, preloading module ``preload``."""
-    methods = mp.get_all_start_methods()
-    if "forkserver" not in methods:
-        return mp.get_context("spawn")
-    ctx = mp.get_context("forkserver")
-    if preload:
-        # Takes effect when the forkserver starts (the first time any forkserver process
-        # starts here); the modules already asked for, ``__main__`` by default, stay.
-        from multiprocessing import forkserver
-
-        current = list(getattr(getattr(forkserver, "_forkserver", None), "_preload_modules", None) or ["__main__"])
-        if preload not in current:
-            with contextlib.suppress(Exception):
-                ctx.set_forkserver_preload([*current, preload])
-    return ctx
 
 
 def _socket_of(conn: Connection) -> socket.socket:
@@ -76,9 +60,8 @@ def _widen(conn: Connection) -> None:
 
 def _process_main(
     payload: bytes, worker_id: int, conn: Connection, loop_factory: Callable[[], Any],
-    control: Connection | None = None, files: Connection | None = None,
+    control: Connection | None = None, files: Connection | None = None, persistent: bool = False,
 ) -> None:
-    job: WorkerJob = pickle.loads(payload)
     loop = loop_factory()
     writer: PipeWriter | None = None
     channel = _socket_of(files) if files is not None else None
@@ -92,9 +75,18 @@ def _process_main(
         await writer.send(msg)
 
     async def main() -> None:
+        job_bytes = payload
         try:
-            start_at = worker_start_at(emit, control, loop) if control is not None else None
-            await produce(job, worker_id, emit, start_at)
+            while job_bytes:
+                job: WorkerJob = pickle.loads(job_bytes)
+                start_at = worker_start_at(emit, control, loop) if control is not None else None
+                await produce(job, worker_id, emit, start_at)
+                del job  # its dataset (shard maps, node client) was closed by the job
+                if not persistent or control is None:
+                    break
+                # A persistent worker waits for its next epoch's job (b"": exit): the
+                # process, its loop and its pipes are made once for all epochs.
+                job_bytes = await loop.run_in_executor(None, control.recv_bytes)
         finally:
             if writer is not None:
                 await writer.aclose()
@@ -132,9 +124,14 @@ class ProcessWorker:
 
     def __init__(
         self, ctx: mp.context.BaseContext, payload: bytes, wid: int, loop_factory: Callable[[], Any],
-        with_control: bool,
+        with_control: bool, start: WorkerStart, persistent: bool = False,
     ) -> None:
         self.wid = wid
+        self._start = start
+        # The last epoch ended at a message boundary (its "end" read): the process may
+        # take another epoch's job. Written by the reader thread, read after its join.
+        self.clean = False
+        self._next_payload: bytes | None = None
         self.conn, child = ctx.Pipe(duplex=False)
         _widen(self.conn)
         self.control: Connection | None = None
@@ -147,16 +144,23 @@ class ProcessWorker:
             files_out, files_in = ctx.Pipe(duplex=True)  # a Unix socket pair
             self.channel = _socket_of(files_out)
         self.proc = ctx.Process(  # type: ignore[attr-defined]
-            target=_process_main, args=(payload, wid, child, loop_factory, control_in, files_in),
+            target=_process_main, args=(payload, wid, child, loop_factory, control_in, files_in, persistent),
             name=f"astream-worker-{wid}", daemon=True,
         )
         self._child_ends = (child, control_in, files_in)
         self.thread: threading.Thread | None = None
 
-    def start_thread(self, pool: PoolSide) -> None:
+    @property
+    def started(self) -> bool:
+        return self.proc._popen is not None
+
+    def start_thread(self, pool: PoolSide, payload: bytes | None = None) -> None:
+        """Start the process (or, with ``payload``, give the running one its next job) and read it."""
         # The helper thread starts the process: the first start also starts the forkserver,
         # which takes as long as an interpreter's start and imports, and the consumer's
         # loop must not wait for that (stand-ins work meanwhile).
+        self.clean = False
+        self._next_payload = payload
         self.thread = threading.Thread(target=self._start_and_read, args=(pool,),
                                        name=f"astream-reader-{self.wid}", daemon=True)
         self.thread.start()
@@ -167,6 +171,12 @@ class ProcessWorker:
                 end.close()  # so that the worker's death closes the pipe for us
 
     def _start_and_read(self, pool: PoolSide) -> None:
+        if self._next_payload is not None:  # a persistent worker, already running
+            assert self.control is not None
+            with contextlib.suppress(OSError):  # it died: its pipe's end is read as an error below
+                self.control.send_bytes(self._next_payload)
+            self._read(pool)
+            return
         while not pool.launch.wait(0.2):
             if pool.stopping.is_set():
                 break
@@ -174,7 +184,8 @@ class ProcessWorker:
             self._close_child_ends()
             return
         try:
-            self.proc.start()
+            with hidden_main(self._start):
+                self.proc.start()
         except BaseException as exc:
             pool.start_failed(self.wid, ("error", f"loader worker {self.wid} could not start: {exc!r}"))
             return
@@ -183,16 +194,32 @@ class ProcessWorker:
         if pool.stopping.is_set():  # closed while it started: the close may have missed it
             self.proc.terminate()
             return
+        self._read(pool)
+
+    def _read(self, pool: PoolSide) -> None:
         if self.control is not None:
             msg = self._recv(pool)
             if msg is None:
                 return
             start = pool.decide_start(self.wid, msg)
-            if start is None or start < 0:
-                return  # stopping, or the stand-in did it all (or it failed): nothing more to read
+            if start is None:
+                return  # stopping
+            if msg[0] == "ready":
+                try:
+                    send_start(self.control, start)
+                except OSError:
+                    return
+            if start < 0:
+                # The stand-in did it all (or the worker failed before it was ready): the
+                # worker's last word ("end") closes the epoch; nothing to hand over.
+                if msg[0] == "ready":
+                    last = self._recv(pool)
+                    self.clean = last is not None and last[0] == "end"
+                return
         while pool.take_slot(self.wid):
             msg = self._recv(pool)
             if msg is None or not pool.hand_over(self.wid, msg) or msg[0] != "batch":
+                self.clean = msg is not None and msg[0] == "end"
                 return
 
     def _recv(self, pool: PoolSide) -> tuple[str, Any] | None:

@@ -23,10 +23,13 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
+from astream._dataset.crew import Crew
 from astream._dataset.depth import queue_depth
 from astream._dataset.handoff import StandIns
 from astream._dataset.job import WorkerJob, produce
-from astream._dataset.spawn import ProcessWorker, process_context
+from astream._dataset.spawn import ProcessWorker
+from astream._dataset.startup import WorkerStart, process_context
+from astream._resource import AsyncResource
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WORKER_MODES", "WorkerJob", "WorkerPool"]
@@ -41,7 +44,7 @@ _CLOSE_WAIT = 10.0
 _LAUNCH_DELAY = 2.0
 
 
-class WorkerPool:
+class WorkerPool(AsyncResource):
     """Run ``job`` in ``num_workers`` workers and merge their batches in the plan's order.
 
     Args:
@@ -55,6 +58,9 @@ class WorkerPool:
             (:func:`astream._sampling.order.round_robin` of the plan); a worker that ends
             before its share raises :class:`WorkerError`. ``None``: round-robin over
             whatever each worker produces.
+        start: how processes start (:func:`astream._dataset.startup.decide_start`).
+        crew: where processes are kept between epochs (persistent workers); the pool
+            reuses its running ones and gives back those that ended cleanly.
     """
 
     def __init__(
@@ -65,6 +71,8 @@ class WorkerPool:
         prefetch: int,
         loop_factory: Callable[[], asyncio.AbstractEventLoop],
         schedule: Sequence[int] | None = None,
+        start: WorkerStart | None = None,
+        crew: Crew | None = None,
     ) -> None:
         if mode not in WORKER_MODES:
             raise ConfigError(f"worker_mode={mode!r} is not one of {', '.join(WORKER_MODES)}")
@@ -75,6 +83,10 @@ class WorkerPool:
         self._mode = mode
         self._prefetch = max(1, prefetch)
         self._loop_factory = loop_factory
+        self._start_how = start if start is not None else WorkerStart()
+        self._crew = crew
+        self._keeps = False  # the crew lent us its place: processes that end cleanly go back
+        self._complete = False  # the consumer took every batch of the schedule
         self._schedule = None if schedule is None else [int(w) for w in schedule]
         if self._schedule is not None and any(not 0 <= w < num_workers for w in self._schedule):
             raise ConfigError(f"a WorkerPool schedule names a worker outside 0..{num_workers - 1}")
@@ -93,12 +105,8 @@ class WorkerPool:
         self._started = False
         self._closed = False
 
-    async def __aenter__(self) -> WorkerPool:
+    async def _aopen(self) -> None:
         self._start(asyncio.get_running_loop())
-        return self
-
-    async def __aexit__(self, *exc: object) -> None:
-        await self.aclose()
 
     def _start(self, loop: asyncio.AbstractEventLoop) -> None:
         self._started = True
@@ -114,19 +122,27 @@ class WorkerPool:
                 thread.start()
                 self._threads.append(thread)
             return
-        stand_in = bool(getattr(self._job, "stand_in", False))
-        ctx = process_context(type(self._job).__module__)
         payload = pickle.dumps(self._job)  # once, here: every worker and stand-in gets a copy
-        self._processes = [ProcessWorker(ctx, payload, wid, self._loop_factory, with_control=stand_in)
-                           for wid in range(self._num_workers)]
+        warm: list[ProcessWorker] | None = None
+        if self._crew is not None:
+            self._keeps, warm = self._crew.acquire(self._num_workers)
+        # Running workers take the job at once: stand-ins only while processes start.
+        stand_in = bool(getattr(self._job, "stand_in", False)) and warm is None
+        if warm is not None:
+            self._processes = warm
+        else:
+            ctx = process_context(type(self._job).__module__, self._start_how)
+            self._processes = [ProcessWorker(ctx, payload, wid, self._loop_factory,
+                                             with_control=stand_in or self._keeps,
+                                             start=self._start_how, persistent=self._keeps)
+                               for wid in range(self._num_workers)]
         if stand_in:
-            controls = [p.control for p in self._processes if p.control is not None]
-            self._stand_ins = StandIns(self._queues, self._slots, self.launch, controls)
+            self._stand_ins = StandIns(self._queues, self._slots, self.launch)
             self._stand_ins.start(loop, payload, _LAUNCH_DELAY)
         else:
             self.launch.set()
         for worker in self._processes:
-            worker.start_thread(self)
+            worker.start_thread(self, payload if warm is not None else None)
 
     # -- PoolSide: called from the helper threads -------------------------------------------
 
@@ -148,7 +164,8 @@ class WorkerPool:
     def decide_start(self, wid: int, msg: tuple[str, Any]) -> int | None:
         """Worker ``wid``'s first message reached us: where it starts (None: stopping)."""
         assert self._loop is not None
-        assert self._stand_ins is not None
+        if self._stand_ins is None:
+            return 0  # a running worker's next epoch: nobody stood in
         decision: concurrent.futures.Future[int] = concurrent.futures.Future()
         try:
             self._loop.call_soon_threadsafe(self._stand_ins.take_over, wid, msg, decision)
@@ -198,6 +215,7 @@ class WorkerPool:
                         still.append(wid)
                         yield batch
                 live = still
+            self._complete = True
             return
         taken = [0] * self._num_workers
         for wid in self._schedule:
@@ -209,6 +227,7 @@ class WorkerPool:
                 )
             taken[wid] += 1
             yield batch
+        self._complete = True
 
     async def _next(self, wid: int) -> Any:
         """Worker ``wid``'s next batch, or ``_END`` when it has finished."""
@@ -235,14 +254,16 @@ class WorkerPool:
         if self._closed:
             return
         self._closed = True
-        self.stopping.set()
+        if not (self._keeps and self._complete):
+            self.stopping.set()  # else after the reader threads read each worker's "end"
         if self._stand_ins is not None:
             self._stand_ins.cancel_all()
         for loop, task in self._thread_tasks:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(task.cancel)
-        for worker in self._processes:
-            worker.terminate()
+        if not (self._keeps and self._complete):
+            for worker in self._processes:
+                worker.terminate()
         # The rest runs to the end even when the caller is cancelled meanwhile (a consumer
         # that stops while the pool is already closing after its last batch): otherwise
         # the pipes and sockets would stay open. It is bounded: every join has a timeout.
@@ -261,11 +282,34 @@ class WorkerPool:
         if self._stand_ins is not None:
             await self._stand_ins.aclose(_CLOSE_WAIT)  # bounded: a close never hangs on a stand-in
         await asyncio.to_thread(self._join_all)
+        if self._crew is not None and self._keeps:
+            kept = self._processes if self._complete and all(w.clean for w in self._processes) else []
+            if kept and self._crew.give_back(kept):
+                return
+            self._crew.give_back([])
+            await asyncio.to_thread(self._join_processes)
         for worker in self._processes:
             worker.close()
 
     def _join_all(self) -> None:
         for thread in self._threads:
             thread.join(timeout=5)
+        if self._keeps and self._complete:
+            # Each reader thread reads its worker's "end" after the last batch (a
+            # persistent worker is reusable only then); a thread still waiting after
+            # that is stuck on a worker that will not be reused.
+            for worker in self._processes:
+                if worker.thread is not None:
+                    worker.thread.join(timeout=5)
+            self.stopping.set()
+            for worker in self._processes:
+                if not worker.clean:
+                    worker.terminate()
+            if all(w.clean for w in self._processes):
+                return
+        self._join_processes()
+
+    def _join_processes(self) -> None:
         for worker in self._processes:
+            worker.terminate()
             worker.join()

@@ -23,10 +23,11 @@ import numpy.typing as npt
 
 from astream._arrays import sorted_unique
 from astream._format.compression import get_codec
+from astream._format.gather import gather_batch
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._format.record import RecordLayout
-from astream._format.shard import ShardReader, decode_rows, map_file, out_of_range
+from astream._format.shard import ShardReader, map_file, out_of_range
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
 from astream.errors import (
     CompressionError,
@@ -198,36 +199,10 @@ class LocalDataset:
             return self.shard(shard).get_batch(idx - self._starts[shard])
         if not len(unique):
             return self._empty_batch()
-        layout = self._layouts[int(unique[0])]
-        if isinstance(layout, RecordLayout) and layout.num_var == 0:
-            # All columns fixed-size: copy every record once, straight into one row
-            # array, then decode each column from it with one view.
-            rows = np.empty((len(idx), layout.fixed_size), np.uint8)
-            for shard in unique.tolist():
-                where = np.flatnonzero(shards == shard)
-                reader = self.shard(shard)
-                assert isinstance(reader, ShardReader)
-                reader.copy_rows(idx[where] - self._starts[shard], rows, where)
-            return decode_rows(layout, rows, self.root, idx)
-        parts = []
-        for shard in unique.tolist():
-            where = np.flatnonzero(shards == shard)
-            parts.append((where, self.shard(shard).get_batch(idx[where] - self._starts[shard])))
-        out: dict[str, Any] = {}
-        for name in parts[0][1]:
-            first = parts[0][1][name]
-            if isinstance(first, np.ndarray):
-                column = np.empty((len(idx), *first.shape[1:]), first.dtype)
-                for where, batch in parts:
-                    column[where] = batch[name]
-                out[name] = column
-            else:
-                values: list[Any] = [None] * len(idx)
-                for where, batch in parts:
-                    for k, value in zip(where.tolist(), batch[name], strict=True):
-                        values[k] = value
-                out[name] = values
-        return out
+        groups = [np.flatnonzero(shards == shard) for shard in unique.tolist()]
+        sources = [self.shard(shard) for shard in unique.tolist()]
+        offsets = [idx[at] - self._starts[shard] for shard, at in zip(unique.tolist(), groups, strict=True)]
+        return gather_batch(sources, groups, offsets, len(idx), self.root)
 
     def _empty_batch(self) -> dict[str, Any]:
         if not self._layouts:

@@ -15,13 +15,12 @@ import asyncio
 import operator
 import os
 import re
-import warnings
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Protocol, TypeVar
 
+from astream._resource import AsyncResource
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
 from astream._storage.retry import RetryPolicy, Timeouts
@@ -192,7 +191,7 @@ async def with_retries(
     raise DownloadError(message) from last
 
 
-class Storage(abc.ABC):
+class Storage(AsyncResource, abc.ABC):
     """Async access to one kind of remote, addressed by full URLs (or local paths).
 
     Instances are bound to the event loop that first uses them, are async context
@@ -301,21 +300,8 @@ class Storage(abc.ABC):
         """Release connections; idempotent. Injected sessions/clients are left open."""
         self._closed = True
 
-    async def __aenter__(self) -> Storage:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()
-
-    def __del__(self) -> None:
-        if getattr(self, "_needs_close", False) and not getattr(self, "_closed", True):
-            warnings.warn(
-                f"{type(self).__name__} was not closed; use `async with` or call `await storage.aclose()`",
-                ResourceWarning,
-                stacklevel=2,
-            )
+    def _unclosed(self) -> bool:
+        return bool(getattr(self, "_needs_close", False) and not getattr(self, "_closed", True))
 
 
 def check_remote_size(url: str, total: int, size: int | None) -> None:

@@ -19,9 +19,9 @@ import posixpath
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
-from types import TracebackType
 from typing import Any
 
+from astream._resource import AsyncResource
 from astream._storage.base import Storage, StorageOptions, TransferEvents
 from astream._storage.config import RemoteConfig
 from astream._storage.local import LocalStorage
@@ -203,7 +203,7 @@ def join_url(root: str, *parts: str | None) -> str:
     return posixpath.join(root, *rest)
 
 
-class StoragePool:
+class StoragePool(AsyncResource):
     """One backend instance per scheme and ``storage_options``, made on first use and closed together."""
 
     def __init__(self, options: StorageOptions | None = None, events: TransferEvents | None = None) -> None:
@@ -236,10 +236,3 @@ class StoragePool:
         for storage in storages:
             await storage.aclose()
 
-    async def __aenter__(self) -> StoragePool:
-        return self
-
-    async def __aexit__(
-        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        await self.aclose()

@@ -34,3 +34,9 @@ class RangeJob:
                 yield {"x": np.full((4, 8), worker_id * 100 + i, dtype=np.int32), "pid": np.array([os.getpid()])}
 
         yield gen()
+
+
+def tag_pid(batch: dict[str, Any]) -> dict[str, Any]:
+    """A batch_transform that says which process made the batch."""
+    batch["pid"] = np.full(len(batch["id"]), os.getpid())
+    return batch

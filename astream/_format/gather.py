@@ -1,0 +1,89 @@
+"""One batch whose samples lie in several shards (a shuffled batch), read in one pass.
+
+A shuffled batch of 32 small records typically touches as many shards as the shuffle
+block mixes (six or seven of 64 MB shards for 50,000 records of 1 KB): decoding each
+shard's part and scattering the parts back into order costs a decode and a Python
+loop per shard and column, which made a shuffled epoch of small records run at a
+third of the unshuffled one. Here, when every shard holds the same all-fixed-size
+records, each shard's records are copied once, by one fancy-indexed ``take``, straight
+into their rows of one ``(batch, record)`` array, and the columns are decoded from it
+once, as views: the same work as a batch from one shard. Other batches are decoded per
+shard and put back in order with one permutation per list column.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+import numpy.typing as npt
+
+from astream._format.record import RecordLayout
+from astream._format.shard import ShardReader, decode_rows
+
+__all__ = ["BatchSource", "gather_batch"]
+
+Positions = npt.NDArray[np.intp]
+
+
+class BatchSource(Protocol):
+    """What a batch can be read from: a shard, or records fetched ahead of it."""
+
+    def get_batch(self, ids: Any) -> dict[str, Any]: ...
+
+
+def gather_batch(
+    sources: Sequence[BatchSource], positions: Sequence[Positions], offsets: Sequence[npt.NDArray[np.int64]],
+    size: int, where: str,
+) -> dict[str, Any]:
+    """The batch of ``size`` samples whose part ``k`` is records ``offsets[k]`` of ``sources[k]``.
+
+    ``positions[k]`` are the places of part ``k`` in the batch (together, every place
+    once); ``offsets`` must be valid record indexes. ``where`` names the data in errors.
+    """
+    layout = _common_fixed_layout(sources)
+    if layout is not None:
+        rows = np.empty((size, layout.fixed_size), np.uint8)
+        for source, at, idx in zip(sources, positions, offsets, strict=True):
+            assert isinstance(source, ShardReader)
+            source.copy_rows(idx, rows, at.astype(np.int64, copy=False))
+        ids = np.empty(size, np.int64)
+        for at, idx in zip(positions, offsets, strict=True):
+            ids[at] = idx
+        return decode_rows(layout, rows, where, ids)
+    parts = [source.get_batch(idx) for source, idx in zip(sources, offsets, strict=True)]
+    return _scatter(parts, positions, size)
+
+
+def _common_fixed_layout(sources: Sequence[BatchSource]) -> RecordLayout | None:
+    """The layout all ``sources`` share if they are shards of fixed-size records, else None."""
+    first = sources[0] if sources else None
+    if not isinstance(first, ShardReader) or first.layout.num_var:
+        return None
+    layout = first.layout
+    for source in sources[1:]:
+        if not isinstance(source, ShardReader) or not layout.same_columns(source.layout):
+            return None
+    return layout
+
+
+def _scatter(parts: list[dict[str, Any]], positions: Sequence[Positions], size: int) -> dict[str, Any]:
+    """Put per-shard pieces of a batch back into batch order."""
+    out: dict[str, Any] = {}
+    order = np.concatenate(positions) if positions else np.zeros(0, np.intp)
+    inverse: list[int] | None = None  # batch place -> index in the concatenated parts
+    for name in parts[0] if parts else ():
+        values = [part[name] for part in parts]
+        if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
+            first = values[0]
+            column = np.empty((size, *first.shape[1:]), first.dtype)
+            for at, v in zip(positions, values, strict=True):
+                column[at] = v
+            out[name] = column
+            continue
+        if inverse is None:
+            inverse = np.argsort(order, kind="stable").tolist()
+        joined = [item for v in values for item in v]
+        out[name] = [joined[k] for k in inverse]
+    return out
