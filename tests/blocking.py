@@ -18,6 +18,7 @@ one-time cost; ``ASYNC`` lint rules catch sync sleeps and I/O in the source.)
 from __future__ import annotations
 
 import asyncio.events
+import gc
 import sys
 import threading
 import time
@@ -33,12 +34,26 @@ _seen: list[tuple[float, str]] = []
 _original_run = asyncio.events.Handle._run
 
 
+_gc = threading.local()  # per thread: CPU seconds spent in garbage collections so far
+
+
+def _gc_phase(phase: str, info: dict[str, Any]) -> None:
+    # A collection runs in whichever callback allocated last, and in a test process of
+    # thousands of tests a full one costs a few hundred CPU ms: not the callback's doing.
+    now = time.thread_time()
+    if phase == "start":
+        _gc.started = now
+    elif getattr(_gc, "started", None) is not None:
+        _gc.spent = getattr(_gc, "spent", 0.0) + now - _gc.started
+        _gc.started = None
+
+
 def _timed_run(self: asyncio.events.Handle) -> None:
-    start, modules = time.thread_time(), len(sys.modules)
+    start, modules, collecting = time.thread_time(), len(sys.modules), getattr(_gc, "spent", 0.0)
     try:
         _original_run(self)
     finally:
-        spent = time.thread_time() - start
+        spent = time.thread_time() - start - (getattr(_gc, "spent", 0.0) - collecting)
         # A first import (compiling a fresh clone's modules, loading a lazy dependency) is
         # paid once per process, not per batch: not what this detector is for.
         if spent > LIMIT and len(sys.modules) == modules:
@@ -52,10 +67,12 @@ def detect_blocking() -> Iterator[list[tuple[float, str]]]:
     with _lock:
         _seen.clear()
     asyncio.events.Handle._run = _timed_run  # type: ignore[method-assign]
+    gc.callbacks.append(_gc_phase)
     try:
         found: list[tuple[float, str]] = []
         yield found
     finally:
+        gc.callbacks.remove(_gc_phase)
         asyncio.events.Handle._run = _original_run  # type: ignore[method-assign]
         with _lock:
             found.extend(_seen)

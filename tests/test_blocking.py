@@ -57,3 +57,22 @@ def test_a_first_import_is_not_counted() -> None:
         assert found == []
     finally:
         loop.close()
+
+
+def test_a_garbage_collection_is_not_counted() -> None:
+    import gc
+
+    def collect_a_lot() -> None:
+        junk = [[i] for i in range(300_000)]
+        for _ in range(20):
+            gc.collect()  # a collection's CPU time: the process's, not this callback's doing
+        del junk
+
+    loop = asyncio.new_event_loop()
+    try:
+        with detect_blocking() as found:
+            loop.call_soon(collect_a_lot)
+            loop.run_until_complete(asyncio.sleep(0.01))
+        assert found == []
+    finally:
+        loop.close()
