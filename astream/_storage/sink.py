@@ -21,6 +21,7 @@ import threading
 from concurrent.futures import Executor
 from typing import BinaryIO, Protocol
 
+from astream._format.files import fsync_dir  # the one implementation, re-exported for the cache
 from astream._storage.executor import PriorityExecutor
 
 __all__ = ["BufferedSink", "FileSink", "Sink", "copy_range", "datasync", "fsync_dir"]
@@ -51,16 +52,6 @@ def datasync(fd: int) -> None:
     """Flush a file's data (and the metadata needed to read it back) to the device."""
     sync = getattr(os, "fdatasync", os.fsync)  # fdatasync is not on every platform
     sync(fd)
-
-
-def fsync_dir(path: str) -> None:
-    """fsync a directory so a rename inside it survives a power cut (best effort)."""
-    with contextlib.suppress(OSError):
-        fd = os.open(path, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
 
 
 _NO_KERNEL_COPY = {errno.EXDEV, errno.ENOSYS, errno.EOPNOTSUPP, errno.EINVAL, errno.ENOTSUP, errno.ENOTSOCK}
