@@ -10,6 +10,7 @@ thus slows astream down instead of failing it. Pure: no clock, no I/O.
 
 from __future__ import annotations
 
+from astream._checks import check_int
 from astream.errors import ConfigError
 
 __all__ = ["Aimd"]
@@ -19,8 +20,7 @@ class Aimd:
     """The current concurrency limit, between ``minimum`` and ``maximum``."""
 
     def __init__(self, maximum: int, minimum: int = 1, decrease: float = 0.5, initial: int | None = None) -> None:
-        if isinstance(maximum, bool) or not isinstance(maximum, int) or maximum < 1:
-            raise ConfigError(f"max_concurrency must be a positive integer, got {maximum!r}")
+        check_int("max_concurrency", maximum, 1)
         if not 1 <= minimum <= maximum:
             raise ConfigError(f"minimum concurrency must be in 1..{maximum}, got {minimum!r}")
         if not 0.0 < decrease < 1.0:

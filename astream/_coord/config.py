@@ -7,6 +7,7 @@ import sys
 from dataclasses import dataclass
 from typing import Literal
 
+from astream._checks import check_int
 from astream.errors import ConfigError
 
 __all__ = ["CoordConfig"]
@@ -62,8 +63,7 @@ class CoordConfig:
             raise ConfigError(f"namespace must be 'auto', 'abstract' or 'filesystem', got {self.namespace!r}")
         if self.namespace == "abstract" and not sys.platform.startswith("linux"):
             raise ConfigError("namespace='abstract' needs Linux; use 'filesystem' or 'auto'")
-        if isinstance(self.max_frame, bool) or not isinstance(self.max_frame, int) or self.max_frame < 1024:
-            raise ConfigError(f"max_frame must be an int >= 1024, got {self.max_frame!r}")
+        check_int("max_frame", self.max_frame, 1024)
 
     @property
     def abstract(self) -> bool:

@@ -20,6 +20,7 @@ from concurrent.futures import Executor
 from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
+from astream._checks import check_int
 from astream._resource import AsyncResource
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
@@ -82,9 +83,7 @@ class StorageOptions:
         if not isinstance(self.remote, RemoteConfig):
             raise ConfigError(f"remote must be a RemoteConfig, got {type(self.remote).__name__}")
         for name in ("max_connections", "chunk_size"):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, getattr(self, name), 1)
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ import random
 import time
 from dataclasses import dataclass
 
+from astream._checks import check_int
 from astream.errors import ConfigError
 
 __all__ = ["RetryPolicy", "Timeouts", "parse_retry_after"]
@@ -68,8 +69,7 @@ class RetryPolicy:
     jitter: float = 0.5
 
     def __post_init__(self) -> None:
-        if isinstance(self.retries, bool) or not isinstance(self.retries, int) or self.retries < 0:
-            raise ConfigError(f"download_retry must be a non-negative integer, got {self.retries!r}")
+        check_int("download_retry", self.retries, 0)
         _check_seconds("backoff", self.backoff, allow_zero=True)
         _check_seconds("max_backoff", self.max_backoff, allow_zero=True)
         if not isinstance(self.jitter, (int, float)) or not 0.0 <= self.jitter <= 1.0:

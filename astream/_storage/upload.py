@@ -28,6 +28,7 @@ from typing import Any
 
 from tqdm import tqdm
 
+from astream._checks import check_int
 from astream._format.shard_writer import ShardWriter
 from astream._format.text_writer import CSVWriter as LocalCSVWriter
 from astream._format.text_writer import JSONWriter as LocalJSONWriter
@@ -78,8 +79,7 @@ class Uploads(ShardWriter):
     ) -> None:
         workers = default_max_workers() if max_workers is None else max_workers
         for name, value in (("max_workers", workers), ("max_pending", max_pending)):
-            if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-                raise ConfigError(f"{name} must be a positive integer, got {value!r}")
+            check_int(name, value, 1)
         for name, flag in (("keep_local", keep_local), ("progress_bar", progress_bar)):
             if not isinstance(flag, bool):
                 raise ConfigError(f"{name} must be True or False, got {flag!r}")
