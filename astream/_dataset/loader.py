@@ -14,6 +14,7 @@ import asyncio
 import copy
 import pickle
 import sys
+import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
@@ -157,6 +158,7 @@ class Loader:
             raise ConfigError("batch_transform must be a function of one batch")
         self._worker_start = WorkerStart()
         self._crew: Crew | None = None
+        self._prestart: threading.Timer | None = None
         if num_workers > 0 and worker_mode == "process":
             _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
             # Decided here, where the caller's frames are on the stack (iteration runs on
@@ -182,7 +184,7 @@ class Loader:
             # that it happens while the caller builds the model instead of before the
             # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
-            prestart(process_context(_EpochJob.__module__, self._worker_start))
+            self._prestart = prestart(process_context(_EpochJob.__module__, self._worker_start))
             if persistent_workers:
                 self._crew = Crew()
                 # The processes and their pipes go with the loader at the latest, never
@@ -211,6 +213,8 @@ class Loader:
 
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
+        if self._prestart is not None:
+            self._prestart.cancel()  # iterating already: the first batch goes first
         ds = self.dataset
         node = await ds.node()
         epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
@@ -275,6 +279,8 @@ class Loader:
         An ``async for`` in progress on a running loop is closed there: prefer
         ``await loader.aclose()`` from async code, which waits for it.
         """
+        if self._prestart is not None:
+            self._prestart.cancel()
         for batches in list(self._open_sync):
             batches.close()
         for iteration in list(self._open_async):
