@@ -17,7 +17,7 @@ Usage::
 
     python benchmarks/cache_bench.py [--shards 240] [--shard-kb 256] [--sample-kb 16] [--ranks 4]
                                      [--batch 4] [--limits 0.1,0.25,0.5] [--small-block 1200]
-                                     [--runs 1] [--json out.json] [--peer /path/to/peer-venv/bin/python]
+                                     [--runs 1] [--json out.json] [--peer PEER_PYTHON]
 """
 
 from __future__ import annotations
