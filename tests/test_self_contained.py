@@ -47,7 +47,7 @@ def _scanned() -> list[Path]:
         rel = path.relative_to(REPO)
         if rel.parts[:2] == ("tests", "fixtures") and path.suffix != ".py" and path.name != "README.md":
             continue  # recorded data, not prose or code
-        if not path.is_file():
+        if path == Path(__file__).resolve() or not path.is_file():  # its patterns and samples
             continue
         if path.suffix in TEXT_SUFFIXES or path.name in {"Makefile", "run"}:
             files.append(path)
