@@ -41,8 +41,10 @@ from astream._coord.config import CoordConfig
 from astream._coord.launch import new_event_loop
 from astream._coord.world import World
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks.simple_provider, as agents import it
-from benchmarks.simple_provider import SimpleProviderFactory
+# The tests' whole-file fetcher, imported by the name agent processes unpickle it by
+# (their PYTHONPATH is the repository root).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from tests.coord.simple_provider import SimpleProviderFactory
 
 CONFIG = CoordConfig(agent_linger=0.5, watch_warn_after=60.0)
 

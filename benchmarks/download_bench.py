@@ -149,7 +149,9 @@ def worker_raw_disk(url: str, local: str) -> dict[str, Any]:
 
 
 def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
-    from plan_prefetch import Prefetcher
+    # The cache tests' plan-order prefetcher straight over the engine (one copy, in tests/).
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "cache"))
+    from prefetcher import Prefetcher
 
     from astream._cache import ShardEngine, load_index
     from astream._storage.loop import run
