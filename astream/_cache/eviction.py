@@ -251,6 +251,32 @@ def _batches(order: Int64Array, batch_size: int, t: int) -> Int64Array:
     return order[t * batch_size : (t + 1) * batch_size]
 
 
+class _Residency:
+    """What a simulated cache holds, and the transfers and evictions that got it there."""
+
+    def __init__(self, sizes: Sequence[int], resident: Iterable[int]) -> None:
+        self.sizes = sizes
+        self.held: set[int] = set(resident)
+        self.used = sum(sizes[k] for k in self.held)
+        self.downloads = self.evictions = self.got = 0
+        self.peak = self.used
+
+    def admit(self, key: int, victims: Sequence[int]) -> None:
+        """Evict ``victims``, then download ``key``."""
+        for v in victims:
+            self.held.discard(v)
+            self.used -= self.sizes[v]
+        self.evictions += len(victims)
+        self.held.add(key)
+        self.used += self.sizes[key]
+        self.downloads += 1
+        self.got += self.sizes[key]
+        self.peak = max(self.peak, self.used)
+
+    def result(self) -> SimResult:
+        return SimResult(self.downloads, self.got, self.evictions, self.peak)
+
+
 def simulate(
     orders: Sequence[Int64Array], sizes: Sequence[int], limit: int, *, batch_size: int, predownload: int,
     resident: Iterable[int] = (),
@@ -279,27 +305,16 @@ def simulate(
     for r, order in enumerate(orders):
         keys, starts, ends = runs_of(np.asarray(order, np.int64))
         plan.add(r, keys.tolist(), starts.tolist(), ends.tolist())
-    held: set[int] = set(resident)
-    used = sum(sizes[k] for k in held)
-    downloads = evictions = got = 0
-    peak = used
+    book = _Residency(sizes, resident)
+    held = book.held
 
     def fetch(key: int, pinned: set[int], ahead: float | None) -> bool:
-        nonlocal used, downloads, evictions, got, peak
         cands = [Candidate(k, sizes[k], 0, pinned=k in pinned, next_use=plan.distance(k, ahead or 0),
                            soon=ahead is not None and plan.distance(k) < ahead) for k in sorted(held)]
-        victims = choose_victims(cands, used, sizes[key], limit)
+        victims = choose_victims(cands, book.used, sizes[key], limit)
         if victims is None:
             return False
-        for v in victims:
-            held.discard(v)
-            used -= sizes[v]
-        evictions += len(victims)
-        held.add(key)
-        used += sizes[key]
-        downloads += 1
-        got += sizes[key]
-        peak = max(peak, used)
+        book.admit(key, victims)
         return True
 
     steps = max((math.ceil(len(o) / batch_size) for o in orders), default=0)
@@ -321,7 +336,7 @@ def simulate(
                 k = cast(int, upcoming)
                 if k not in held and not fetch(k, pinned, d):
                     break
-    return SimResult(downloads, got, evictions, peak)
+    return book.result()
 
 
 def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: int, *, batch_size: int,
@@ -341,10 +356,8 @@ def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: i
     positions: dict[int, list[int]] = {}
     for i, (_, key) in enumerate(sequence):
         positions.setdefault(key, []).append(i)
-    held: set[int] = set(resident)
-    used = sum(sizes[k] for k in held)
-    downloads = evictions = got = 0
-    peak = used
+    book = _Residency(sizes, resident)
+    held = book.held
     step_start = 0
     for i, (t, key) in enumerate(sequence):
         if i == 0 or sequence[i - 1][0] != t:
@@ -359,17 +372,9 @@ def offline_optimum(orders: Sequence[Int64Array], sizes: Sequence[int], limit: i
             return pos[j] - i if j < len(pos) else NEVER
 
         cands = [Candidate(k, sizes[k], 0, pinned=k in pinned, next_use=next_use(k)) for k in sorted(held)]
-        victims = choose_victims(cands, used, sizes[key], limit)
+        victims = choose_victims(cands, book.used, sizes[key], limit)
         if victims is None:
             raise CacheError(f"cache_limit={limit} bytes cannot hold step {t}'s batches of every reader; "
                              "it is below min_cache_bytes")
-        for v in victims:
-            held.discard(v)
-            used -= sizes[v]
-        evictions += len(victims)
-        held.add(key)
-        used += sizes[key]
-        downloads += 1
-        got += sizes[key]
-        peak = max(peak, used)
-    return SimResult(downloads, got, evictions, peak)
+        book.admit(key, victims)
+    return book.result()
