@@ -160,10 +160,9 @@ class Loader:
         self._crew: Crew | None = None
         self._prestart: threading.Timer | None = None
         if num_workers > 0 and worker_mode == "process":
-            _check_picklable(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
             # Decided here, where the caller's frames are on the stack (iteration runs on
             # astream's loop thread): a script without a main guard (startup.py).
-            parts = pickle.dumps((dataset, collate_fn, batch_transform))
+            parts = _pickled_for_workers(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
             self._worker_start = decide_start(parts, sys._getframe(1))
         self.dataset = dataset
         self.batch_size = size
@@ -355,24 +354,29 @@ class Loader:
         self.num_samples_yielded = 0
 
 
-def _check_picklable(dataset: StreamingDataset, **functions: Any) -> None:
-    """Worker processes get the dataset and the loader's functions by pickle: refuse what
-    cannot travel now, with the fix, instead of a PicklingError at the first epoch."""
-    named: dict[str, Any] = {"transform": dataset.config.transform, **functions}
-    if type(dataset) is not StreamingDataset:  # a subclass may hold what does not pickle
-        named["the dataset"] = dataset
-    for name, fn in named.items():
-        if fn is None:
-            continue
-        try:
-            pickle.dumps(fn)
-        except Exception as exc:
-            what = name if name == "the dataset" else f"{name}={getattr(fn, '__qualname__', fn)!r}"
-            raise ConfigError(
-                f"{what} cannot be pickled ({type(exc).__name__}: {exc}), so it cannot reach worker "
-                "processes; define it at module level (not a lambda or a nested function), or use "
-                "worker_mode='thread' or num_workers=0"
-            ) from exc
+def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:
+    """The dataset and the loader's functions as worker processes get them (one pickling);
+    what cannot travel is refused now, named, with the fix, instead of a PicklingError at
+    the first epoch."""
+    try:
+        return pickle.dumps((dataset, *functions.values()))
+    except Exception as first:
+        # Name the culprit: the dataset's transform, a loader function, or the dataset (a
+        # subclass may hold what does not pickle).
+        named: dict[str, Any] = {"transform": dataset.config.transform, **functions, "the dataset": dataset}
+        for name, fn in named.items():
+            if fn is None:
+                continue
+            try:
+                pickle.dumps(fn)
+            except Exception as exc:
+                what = name if name == "the dataset" else f"{name}={getattr(fn, '__qualname__', fn)!r}"
+                raise ConfigError(
+                    f"{what} cannot be pickled ({type(exc).__name__}: {exc}), so it cannot reach worker "
+                    "processes; define it at module level (not a lambda or a nested function), or use "
+                    "worker_mode='thread' or num_workers=0"
+                ) from exc
+        raise ConfigError(f"the loader's job cannot be pickled for worker processes: {first}") from first
 
 
 def _thread_copy(dataset: StreamingDataset) -> StreamingDataset:
