@@ -37,6 +37,10 @@ def test_a_hundred_epochs_with_workers_stay_flat(tmp_path: Path) -> None:
     fds2, maps2 = held[2]
     assert max(f for f, _ in held[2:]) <= fds2 * 1.1, f"descriptors grew over epochs: {held[::5]}"
     assert max(m for _, m in held[2:]) <= maps2 * 1.1 + 1, f"shard maps grew over epochs: {held[::5]}"
-    assert result["after"] == result["before"], (
-        f"(descriptors, maps) {result['before']} before the loader, {result['after']} after close()")
-    assert max(rss[2:]) <= rss[2] * 1.1, f"RSS grew over epochs (MB): {rss[::10]}"
+    (fds_before, maps_before), (fds_after, maps_after) = result["before"], result["after"]
+    msg = f"(descriptors, maps) {result['before']} before the loader, {result['after']} after close()"
+    # At most as many: the node agent's own sockets may close meanwhile, never more.
+    assert fds_after <= fds_before, msg
+    assert maps_after == maps_before, msg
+    # 10% and a few MB: the allocator's arenas settle over the first epochs on a busy machine.
+    assert max(rss[2:]) <= rss[2] * 1.1 + 5, f"RSS grew over epochs (MB): {rss[::10]}"
