@@ -84,7 +84,8 @@ class DatasetConfig:
         shuffle_block_size: int | None, batching_method: str, allow_unsafe_types: bool,
         replication: int | None, max_concurrency: int, world: World | None, run_id: str | None,
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None, format: str | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -99,9 +100,12 @@ class DatasetConfig:
                 raise ConfigError("give either streams= or remote=/local=/split=, not both")
             if not streams or not all(isinstance(s, Stream) for s in streams):
                 raise ConfigError("streams must be a non-empty list of astream.Stream")
+            if format is not None or columns is not None:
+                raise ConfigError("with streams=, give format= and columns= to each Stream")
             given = list(streams)
         else:
-            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options)]
+            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options,
+                            format=format or "mds", columns=None if columns is None else tuple(columns))]
         options = RemoteConfig.of(storage_options)
         inherited = tuple(s.inherit(download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
                                     keep_zip=keep, storage_options=options) for s in given)
@@ -162,7 +166,10 @@ class DatasetConfig:
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""
         return dataset_fingerprint([
-            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) for sh in index.shards],
+            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) if sh.source is None else
+                        # A row group read in place: its file's size and version are part of it.
+                        (sh.raw_data.basename, sh.samples, sh.raw_data.bytes, sh.source.file_bytes, sh.source.etag)
+                        for sh in index.shards],
              "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
             for s, index in zip(self.streams, indexes, strict=True)
         ])

@@ -4,7 +4,8 @@ The dataset layer reads every shard through :class:`SampleSource` (``num_samples
 ``get``, ``get_batch``, ``close``) and learns nothing else about its kind: an MDS shard
 (:class:`~astream._format.shard.ShardReader`, one memory-mapped file) or a JSONL /
 delimited-text shard (:class:`~astream._format.split.TextShardReader`, a data file and its
-``.meta`` offsets). :func:`layout_of` parses a shard's columns from its index entry (before
+``.meta`` offsets) or a Parquet row group (:class:`~astream._format.parquet.reader.RowGroupReader`,
+its cached column chunks, decoded once). :func:`layout_of` parses a shard's columns from its index entry (before
 any download) and :func:`open_shard` opens the files the cache installed for it.
 """
 
@@ -16,13 +17,14 @@ from pathlib import PurePosixPath
 from typing import Any, Protocol
 
 from astream._format.index import ShardInfo
+from astream._format.parquet.reader import ParquetLayout, RowGroupReader
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, map_file
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
 
-__all__ = ["SampleSource", "ShardLayout", "layout_of", "open_shard"]
+__all__ = ["SampleSource", "ShardLayout", "held_bytes", "layout_of", "open_shard"]
 
-ShardLayout = RecordLayout | TextLayout
+ShardLayout = RecordLayout | TextLayout | ParquetLayout
 
 
 class SampleSource(Protocol):
@@ -50,6 +52,8 @@ def layout_of(info: ShardInfo, source: str, allow_unsafe_types: bool) -> ShardLa
     """
     if info.format in SPLIT_FORMATS:
         return TextLayout(info, source)
+    if info.format == "parquet":
+        return ParquetLayout(info, source)
     return RecordLayout.from_shard(info, source, allow_unsafe_types)
 
 
@@ -64,6 +68,8 @@ def open_shard(path: str, layout: ShardLayout, info: ShardInfo) -> SampleSource:
     """
     if isinstance(layout, RecordLayout):
         return ShardReader.open(path, layout, shard=info.index, expected_samples=info.samples)
+    if isinstance(layout, ParquetLayout):
+        return RowGroupReader(path, layout, info)
     assert info.raw_meta is not None  # the index requires it for split formats
     root = path
     for _ in PurePosixPath(info.raw_data.basename).parts:
@@ -77,3 +83,8 @@ def open_shard(path: str, layout: ShardLayout, info: ShardInfo) -> SampleSource:
     except BaseException:
         meta.close()
         raise
+
+
+def held_bytes(source: SampleSource) -> int:
+    """Memory an open shard holds of its own (decoded columns; a memory map holds none)."""
+    return source.decoded_bytes if isinstance(source, RowGroupReader) else 0
