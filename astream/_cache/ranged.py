@@ -13,7 +13,7 @@ import xxhash
 from astream._format.index import SourceRanges
 from astream._storage.base import Storage
 from astream._storage.sink import Sink
-from astream.errors import SourceChangedError
+from astream.errors import AstreamError, DownloadError, SourceChangedError
 
 __all__ = ["fetch_ranges"]
 
@@ -24,23 +24,42 @@ _PIECE = 16 << 20
 async def fetch_ranges(storage: Storage, url: str, source: SourceRanges, sink: Sink) -> None:
     """Write ``source``'s ranges of the object at ``url`` into ``sink``, in order.
 
+    The footer (the last range) is read and checked first, so nothing of a changed file
+    is fetched.
+
     Raises:
-        SourceChangedError: the footer differs from the one the index was built from.
-        DownloadError: a ranged read failed for good (the file may also be shorter now).
+        SourceChangedError: the footer differs from the one the index was built from, or
+            the file has another size now.
+        DownloadError: a ranged read failed for good.
     """
     if sink.received:
         await sink.restart()
-    last = len(source.ranges) - 1
-    for k, (start, end) in enumerate(source.ranges):
-        if k == last:
-            data = await storage.read_range(url, start, end)
-            if xxhash.xxh64(data).hexdigest() != source.last_xxh64:
-                raise SourceChangedError(
-                    f"{url}: the file changed since its index was built (its footer differs); "
-                    "rebuild the index (`astream index` where one was written, else delete the "
-                    "local cache's index.json) and start the epoch again"
-                )
-            await sink.write(data)
-            continue
-        for piece in range(start, end, _PIECE):
-            await sink.write(await storage.read_range(url, piece, min(end, piece + _PIECE)))
+    *chunks, (start, end) = source.ranges
+    try:
+        footer = await storage.read_range(url, start, end)
+    except DownloadError as exc:
+        size = await _size(storage, url)
+        if size is not None and size != source.file_bytes:
+            raise _changed(url, f"it has {size} bytes, the index says {source.file_bytes}") from exc
+        raise
+    if xxhash.xxh64(footer).hexdigest() != source.last_xxh64:
+        raise _changed(url, "its footer differs")
+    for a, b in chunks:
+        for piece in range(a, b, _PIECE):
+            await sink.write(await storage.read_range(url, piece, min(b, piece + _PIECE)))
+    await sink.write(footer)
+
+
+async def _size(storage: Storage, url: str) -> int | None:
+    try:
+        return (await storage.stat(url)).size
+    except (AstreamError, OSError):
+        return None
+
+
+def _changed(url: str, what: str) -> SourceChangedError:
+    return SourceChangedError(
+        f"{url}: the file changed since its index was built ({what}); rebuild the index "
+        "(`astream index` where one was written next to the data; otherwise a new run rebuilds "
+        "it) and start the epoch again"
+    )

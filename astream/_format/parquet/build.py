@@ -122,7 +122,9 @@ def build_index(files: Sequence[FileFooter], columns: Sequence[str] | None, wher
                 "size_limit": None, "column_names": names, "column_encodings": [k[1] for k in kinds],
                 "parquet": {"row_group": g, "kinds": [k[0] for k in kinds],
                             "columns": len(ranges) - 1},
-                "raw_data": {"basename": f"parquet-{tag}/{flat}.rg{g:05d}", "bytes": nbytes, "hashes": {}},
+                # The footer's digest in the name: a changed file never meets its old row groups.
+                "raw_data": {"basename": f"parquet-{tag}/{flat}.{digest[:12]}.rg{g:05d}", "bytes": nbytes,
+                             "hashes": {}},
                 "zip_data": None,
                 "source": {"file": f.name, "file_bytes": f.size, "etag": f.etag, "last_xxh64": digest,
                            "ranges": [list(r) for r in ranges]},
