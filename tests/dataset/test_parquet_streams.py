@@ -102,13 +102,15 @@ def test_projection_fetches_only_its_column_chunks_and_one_row_group(
 
 
 def test_http_remote_with_written_index_then_resume(folder: tuple[Path, dict[int, dict[str, Any]]],
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     src, truth = folder
     root = tmp_path / "served"
     shutil.copytree(src, root)
     with LoopbackServer(str(root)) as server:
         with pytest.raises(UsageError, match="astream index"):
             StreamingDataset(remote=server.url, local=str(tmp_path / "nolist"), format="parquet")
+        assert cli(["index", server.url]) == 1  # a web server cannot list: index where it can
+        assert "cannot list its Parquet files" in capsys.readouterr().err
         assert cli(["-q", "index", str(root)]) == 0
         assert (root / "index.parquet.json").exists()
 
