@@ -24,10 +24,10 @@ from astream._storage.base import ObjectInfo, Storage
 from astream._storage.registry import StoragePool, join_url
 from astream.errors import IndexFormatError, RemoteNotFoundError, UsageError
 
-__all__ = ["PARQUET_INDEX", "dump_footers", "load_footers", "load_parquet_index", "scan_footers"]
+__all__ = ["PARQUET_INDEX", "SUFFIXES", "dump_footers", "load_footers", "load_parquet_index", "scan_footers"]
 
 PARQUET_INDEX = "index.parquet.json"
-_SUFFIXES = (".parquet", ".pq")
+SUFFIXES = (".parquet", ".pq")
 # Footers read at once while scanning a folder.
 _CONCURRENT = 16
 
@@ -94,7 +94,7 @@ async def scan_footers(storage: Storage, root: str, known: Sequence[FileFooter] 
             f"`astream index PATH_OR_URL` (from a place that can list it), which this remote then serves"
         ) from exc
     cached = {(f.name, f.size, f.etag): f for f in known}
-    files = [(name, info) for name, info in objects if name.endswith(_SUFFIXES)]
+    files = [(name, info) for name, info in objects if name.endswith(SUFFIXES)]
     slots = asyncio.Semaphore(_CONCURRENT)
 
     async def one(name: str, info: ObjectInfo) -> FileFooter:

@@ -21,7 +21,7 @@ from astream._coord.world import World, detect_world
 from astream._dataset.provider import CacheProviderFactory, EngineSpec
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
-from astream._format.index import Index
+from astream._format.index import Index, ShardInfo
 from astream._sampling.defaults import (
     BATCHING_METHODS,
     PARTITION_ALGOS,
@@ -166,10 +166,7 @@ class DatasetConfig:
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""
         return dataset_fingerprint([
-            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) if sh.source is None else
-                        # A row group read in place: its file's size and version are part of it.
-                        (sh.raw_data.basename, sh.samples, sh.raw_data.bytes, sh.source.file_bytes, sh.source.etag)
-                        for sh in index.shards],
+            {"shards": [_shard_identity(sh) for sh in index.shards],
              "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
             for s, index in zip(self.streams, indexes, strict=True)
         ])
@@ -244,3 +241,14 @@ def _log_once(world: World, world_source: str, run_id: str, run_source: str) -> 
         world_source, world.rank, world.world_size, world.node, world.num_nodes, world.local_rank,
         world.ranks_per_node, run_id, run_source,
     )
+
+
+def _shard_identity(sh: ShardInfo) -> tuple[Any, ...]:
+    """What a state's fingerprint holds of a shard: name, samples, bytes, and for files read
+    in place (Parquet, WebDataset) their size and version (etag), so a changed file is noticed."""
+    if sh.source is not None:
+        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, sh.source.file_bytes, sh.source.etag
+    if sh.format == "webdataset":
+        extra = sh.config.get("webdataset")
+        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, extra.get("etag") if isinstance(extra, dict) else None
+    return sh.raw_data.basename, sh.samples, sh.raw_data.bytes

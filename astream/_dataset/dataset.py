@@ -17,6 +17,7 @@ from typing import Any
 
 from astream._cache.index_file import load_index
 from astream._cache.parquet_index import load_parquet_index
+from astream._cache.wds_index import load_wds_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
@@ -81,7 +82,7 @@ class StreamingDataset(RandomAccess):
             ``get_item`` instead, as with MosaicML; iteration honours both.
         storage_options: settings of the remote's backend (endpoint, credentials, headers...),
             for ``remote=`` and for the streams that give none; see :class:`Stream`.
-        format: ``"mds"`` or ``"parquet"`` for ``remote=`` (see :class:`Stream`).
+        format: ``"mds"``, ``"parquet"`` or ``"webdataset"`` for ``remote=`` (see :class:`Stream`).
         columns: the Parquet columns to read (default all).
 
     Raises:
@@ -245,9 +246,11 @@ class StreamingDataset(RandomAccess):
 
 async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
     async def one(s: Stream) -> Index:
-        if s.format == "parquet":
-            assert s.remote is not None  # a Parquet stream always reads its files from somewhere
+        if s.format != "mds":
+            assert s.remote is not None  # such a stream always reads its files from somewhere
             async with StoragePool(configure(s.remote, s.remote_config)) as pool:
+                if s.format == "webdataset":
+                    return await load_wds_index(s.local_dir, s.remote, s.split, pool)
                 return await load_parquet_index(s.local_dir, s.remote, s.split, s.columns, pool)
         if s.remote is None or not s.remote_config:
             return await load_index(s.local_dir, s.remote, s.split)

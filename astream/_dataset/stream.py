@@ -23,7 +23,7 @@ from astream.errors import ConfigError
 
 __all__ = ["FORMATS", "Stream", "default_cache_dir"]
 
-FORMATS = ("mds", "parquet")
+FORMATS = ("mds", "parquet", "webdataset")
 
 
 def default_cache_dir(remote: str) -> str:
@@ -56,8 +56,10 @@ class Stream:
             frozen (picklable); an unknown key is refused.
         format: ``"mds"`` (a dataset with an index.json: MDS or MosaicML's text formats) or
             ``"parquet"`` (a folder or prefix of Parquet files read in place, each row group
-            a shard; ``local`` then only caches, and defaults to a per-remote folder; a
-            local folder of Parquet files may be given as ``remote`` or ``local``).
+            a shard) or ``"webdataset"`` (a folder or prefix of tars, plain or gzip, each tar
+            a shard; a sample is a dict of extension -> bytes). For these two ``local``
+            only caches and defaults to a per-remote folder; a local folder of files may
+            be given as ``remote`` or ``local``.
         columns: the columns to read (Parquet only; default all): only their column
             chunks are fetched.
 
@@ -90,9 +92,9 @@ class Stream:
             if isinstance(self.columns, str) or not all(isinstance(c, str) for c in self.columns) or not self.columns:
                 raise ConfigError(f"columns must be a non-empty list of column names, got {self.columns!r}")
             object.__setattr__(self, "columns", tuple(self.columns))
-        if self.format == "parquet":
+        if self.format != "mds":
             if self.validate_hash is not None:
-                raise ConfigError("validate_hash does not apply to format='parquet' (Parquet files carry no "
+                raise ConfigError(f"validate_hash does not apply to format={self.format!r} (its files carry no "
                                   "digests in an index); leave it None")
             if self.remote is None:  # a local folder of Parquet files: read in place, cached elsewhere
                 object.__setattr__(self, "remote", self.local)

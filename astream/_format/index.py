@@ -20,10 +20,12 @@ from astream.errors import IndexFormatError
 __all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
 
 INDEX_NAME = "index.json"
-_FORMATS = ("mds", "json", "csv", "tsv", "xsv", "parquet")
+_FORMATS = ("mds", "json", "csv", "tsv", "xsv", "parquet", "webdataset")
 # Formats whose shards are read in place from a source file (byte ranges of it), not
 # written by a writer: their index is built by astream from the files themselves.
 _SOURCED = ("parquet",)
+# Formats whose shard is one file (the text formats add a .meta file).
+_ONE_FILE = ("mds", "webdataset", *_SOURCED)
 # Keys of a shard entry that describe files or counts; every other key is writer config.
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
@@ -212,7 +214,7 @@ class ShardInfo:
         if compression is None and zip_data is not None:
             raise f.fail("zip_data", "describes a compressed file although compression is null")
         raw_meta = zip_meta = None
-        if fmt not in ("mds", *_SOURCED):
+        if fmt not in _ONE_FILE:
             raw_meta = FileInfo.from_json(f.get("raw_meta"), f"{where}.raw_meta", source)
             zm = f.get("zip_meta", required=False)
             zip_meta = None if zm is None else FileInfo.from_json(zm, f"{where}.zip_meta", source)
@@ -265,7 +267,7 @@ class ShardInfo:
         obj["zip_data"] = None if self.zip_data is None else self.zip_data.to_json()
         if self.source is not None:
             obj["source"] = self.source.to_json()
-        elif self.format != "mds":
+        elif self.format not in _ONE_FILE:
             obj["raw_meta"] = None if self.raw_meta is None else self.raw_meta.to_json()
             obj["zip_meta"] = None if self.zip_meta is None else self.zip_meta.to_json()
         return dict(sorted(obj.items()))

@@ -5,7 +5,8 @@ The dataset layer reads every shard through :class:`SampleSource` (``num_samples
 (:class:`~astream._format.shard.ShardReader`, one memory-mapped file) or a JSONL /
 delimited-text shard (:class:`~astream._format.split.TextShardReader`, a data file and its
 ``.meta`` offsets) or a Parquet row group (:class:`~astream._format.parquet.reader.RowGroupReader`,
-its cached column chunks, decoded once). :func:`layout_of` parses a shard's columns from its index entry (before
+its cached column chunks, decoded once) or a WebDataset tar (:class:`~astream._format.webdataset.TarReader`).
+:func:`layout_of` parses a shard's columns from its index entry (before
 any download) and :func:`open_shard` opens the files the cache installed for it.
 """
 
@@ -21,10 +22,11 @@ from astream._format.parquet.reader import ParquetLayout, RowGroupReader
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, map_file
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
+from astream._format.webdataset import TarLayout, TarReader
 
 __all__ = ["SampleSource", "ShardLayout", "held_bytes", "layout_of", "open_shard"]
 
-ShardLayout = RecordLayout | TextLayout | ParquetLayout
+ShardLayout = RecordLayout | TextLayout | ParquetLayout | TarLayout
 
 
 class SampleSource(Protocol):
@@ -54,6 +56,8 @@ def layout_of(info: ShardInfo, source: str, allow_unsafe_types: bool) -> ShardLa
         return TextLayout(info, source)
     if info.format == "parquet":
         return ParquetLayout(info, source)
+    if info.format == "webdataset":
+        return TarLayout(info, source)
     return RecordLayout.from_shard(info, source, allow_unsafe_types)
 
 
@@ -70,6 +74,8 @@ def open_shard(path: str, layout: ShardLayout, info: ShardInfo) -> SampleSource:
         return ShardReader.open(path, layout, shard=info.index, expected_samples=info.samples)
     if isinstance(layout, ParquetLayout):
         return RowGroupReader(path, layout, info)
+    if isinstance(layout, TarLayout):
+        return TarReader(path, layout, info)
     assert info.raw_meta is not None  # the index requires it for split formats
     root = path
     for _ in PurePosixPath(info.raw_data.basename).parts:
@@ -87,4 +93,4 @@ def open_shard(path: str, layout: ShardLayout, info: ShardInfo) -> SampleSource:
 
 def held_bytes(source: SampleSource) -> int:
     """Memory an open shard holds of its own (decoded columns; a memory map holds none)."""
-    return source.decoded_bytes if isinstance(source, RowGroupReader) else 0
+    return source.decoded_bytes if isinstance(source, (RowGroupReader, TarReader)) else 0
