@@ -197,7 +197,7 @@ class Installation:
             async with self._slots.hold(priority):
                 self._wake()
                 if f.source is not None:
-                    await fetch_ranges(self._backend(url), url, f.source, sink)
+                    await fetch_ranges(self._backend(url), url, f.source, sink, self.on_bytes)
                 else:
                     await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
                 if alone:

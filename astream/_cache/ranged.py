@@ -8,6 +8,8 @@ to) is refused before its bytes are trusted, naming the file.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import xxhash
 
 from astream._format.index import SourceRanges
@@ -21,7 +23,9 @@ __all__ = ["fetch_ranges"]
 _PIECE = 16 << 20
 
 
-async def fetch_ranges(storage: Storage, url: str, source: SourceRanges, sink: Sink) -> None:
+async def fetch_ranges(
+    storage: Storage, url: str, source: SourceRanges, sink: Sink, on_bytes: Callable[[int], None] | None = None,
+) -> None:
     """Write ``source``'s ranges of the object at ``url`` into ``sink``, in order.
 
     The footer (the last range) is read and checked first, so nothing of a changed file
@@ -46,7 +50,12 @@ async def fetch_ranges(storage: Storage, url: str, source: SourceRanges, sink: S
         raise _changed(url, "its footer differs")
     for a, b in chunks:
         for piece in range(a, b, _PIECE):
-            await sink.write(await storage.read_range(url, piece, min(b, piece + _PIECE)))
+            data = await storage.read_range(url, piece, min(b, piece + _PIECE))
+            if on_bytes is not None:
+                on_bytes(len(data))
+            await sink.write(data)
+    if on_bytes is not None:
+        on_bytes(len(footer))
     await sink.write(footer)
 
 

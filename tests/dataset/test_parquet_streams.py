@@ -243,3 +243,29 @@ def test_a_changed_file_is_refused(tmp_path: Path) -> None:
         assert int(fresh[3000]["id"]) == 70_000 + 1000
     finally:
         fresh.close()
+
+
+def test_bounded_cache_evicts_row_groups_and_a_local_folder_reads_in_place(tmp_path: Path) -> None:
+    root = tmp_path / "data"
+    paths = data.write(root, files=1, groups=(1000,) * 4)
+    columns = ["id", "f64", "s"]
+    truth = data.truth(paths, columns)
+    probe = StreamingDataset(local=str(root), format="parquet", columns=columns)  # the folder as local=
+    try:
+        assert probe.config.streams[0].remote == str(root)
+        sizes = [sh.raw_data.bytes for sh in probe.indexes[0].shards]
+    finally:
+        probe.close()
+    limit = 3 * max(sizes)  # a batch of 2 spans 2 row groups, one more for ds[i]: 3 of the 4 fit
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", columns=columns,
+                          cache_limit=limit, batch_size=2)
+    try:
+        seen = [i for batch in Loader(ds, drop_last=False) for i in _check(batch, truth)]
+        assert sorted(seen) == sorted(truth)
+        on_disk = sum(p.stat().st_size for p in (tmp_path / "cache").rglob("*.rg*") if p.is_file())
+        assert on_disk <= limit
+        stats = ds.stats()
+        assert stats.evictions > 0
+        assert stats.bytes_downloaded >= sum(sizes)  # ranged fetches are counted
+    finally:
+        ds.close()
