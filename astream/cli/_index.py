@@ -24,6 +24,7 @@ from astream._format.webdataset import TAR_SUFFIXES
 from astream._storage.loop import run as run_loop
 from astream._storage.registry import StoragePool, join_url
 from astream.cli._output import format_size
+from astream.errors import UsageError
 
 __all__ = ["add_parser", "run"]
 
@@ -48,7 +49,11 @@ async def _index(root: str, fmt: str | None) -> tuple[str, int, int, int, int]:
     async with StoragePool() as pool:
         storage = pool.get(root)
         if fmt is None:
-            names = [n for n, _ in await storage.list_objects(root)]
+            try:
+                names = [n for n, _ in await storage.list_objects(root)]
+            except UsageError as exc:
+                raise UsageError(f"{root}: cannot list its files ({exc}); index the folder where it can be "
+                                 "listed (a path or s3://) and serve or copy it with the index") from exc
             fmt = "webdataset" if not any(n.endswith(PARQUET_SUFFIXES) for n in names) and any(
                 n.endswith(TAR_SUFFIXES) for n in names) else "parquet"
         if fmt == "parquet":
