@@ -104,6 +104,9 @@ class DatasetConfig:
                 raise ConfigError("with streams=, give format= and columns= to each Stream")
             given = list(streams)
         else:
+            if validate_hash is not None and format not in (None, "mds"):
+                raise ConfigError(f"validate_hash does not apply to format={format!r} (its files carry no digests "
+                                  "in an index); leave it None")
             given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options,
                             format=format or "mds", columns=None if columns is None else tuple(columns))]
         options = RemoteConfig.of(storage_options)

@@ -63,6 +63,9 @@ class Stream:
         columns: the columns to read (Parquet only; default all): only their column
             chunks are fetched.
 
+    A dataset's ``validate_hash`` is inherited by its MDS streams only (Parquet files and
+    tars have no digests in an index); given on a non-MDS stream it is refused.
+
     Raises:
         ConfigError: neither remote nor local, several weights at once, bad values.
     """

@@ -220,6 +220,10 @@ def test_bad_files_are_named(tmp_path: Path) -> None:
                          columns=["id", "nope"])
     with pytest.raises(ConfigError, match="columns= selects Parquet columns"):
         Stream(remote=str(tmp_path / "a"), columns=["id"])
+    with pytest.raises(ConfigError, match="validate_hash does not apply to format='parquet'"):
+        StreamingDataset(remote=str(tmp_path / "a"), format="parquet", validate_hash="xxh64")
+    with pytest.raises(ConfigError, match="format must be one of"):
+        Stream(remote=str(tmp_path / "a"), format="orc")
 
 
 def test_a_changed_file_is_refused(tmp_path: Path) -> None:
