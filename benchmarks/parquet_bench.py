@@ -9,18 +9,27 @@ every file in order, each record batch turned into NumPy arrays (numbers) and li
 - ``cold``: a fresh cache, the row groups fetched by range from the local folder (or, with
   ``--http``, from a loopback HTTP server serving it with the written index).
 
-Both sides run alternately in one process, ``--runs`` times; the page reports medians and
-the ratio astream / floor (rows per second).
+With ``--hf-python PYTHON`` (an interpreter with Hugging Face ``datasets`` installed; it is
+not a dependency of astream), Hugging Face's streaming reader of the same files runs too,
+in a subprocess of that interpreter: ``load_dataset("parquet", data_files=..., streaming=True)``
+iterated in batches of the same size, numbers turned into NumPy arrays; its time to the
+first batch is reported beside astream's (cold cache).
+
+Both sides run alternately, ``--runs`` times; the page reports medians and the ratio
+astream / floor (rows per second).
 
     python benchmarks/parquet_bench.py                     # 4 files x 8 row groups x 32768 rows
     python benchmarks/parquet_bench.py --rows 16384 --runs 5 --http
+    python benchmarks/parquet_bench.py --hf-python /path/to/venv/bin/python
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
 import statistics
+import subprocess
 import tempfile
 import time
 from pathlib import Path
@@ -67,17 +76,48 @@ def floor(root: Path) -> tuple[float, int]:
     return time.perf_counter() - start, rows
 
 
-def astream_pass(remote: str, cache: Path, epochs: int) -> tuple[float, int]:
-    """The last of ``epochs`` epochs (1: a cold pass, 2: a warm one): (seconds, rows)."""
+# Timed from after the import (astream's side is imported already), like astream's cold pass:
+# constructing the dataset, then every batch.
+_HF = """
+import json, sys, time
+import numpy as np
+from datasets import load_dataset
+t0 = time.perf_counter()
+ds = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True)
+rows, first = 0, None
+for batch in ds.iter(batch_size=BATCH):
+    out = {k: (v if isinstance(v[0], str) else np.asarray(v)) for k, v in batch.items()}
+    rows += len(out["id"])
+    if first is None:
+        first = time.perf_counter() - t0
+print(json.dumps({"seconds": time.perf_counter() - t0, "rows": rows, "first": first}))
+""".replace("BATCH", str(BATCH))
+
+
+def hf_pass(python: str, root: Path) -> tuple[float, int, float]:
+    """Hugging Face datasets streaming, in ``python``: (seconds, rows, seconds to the first batch)."""
+    files = [str(p) for p in sorted(root.glob("*.parquet"))]
+    out = subprocess.run([python, "-c", _HF, *files], check=True, capture_output=True, text=True).stdout
+    got = json.loads(out.strip().splitlines()[-1])
+    return got["seconds"], got["rows"], got["first"]
+
+
+def astream_pass(remote: str, cache: Path, epochs: int) -> tuple[float, int, float]:
+    """The last of ``epochs`` epochs (1: a cold pass, 2: a warm one): (seconds, rows, first batch s)."""
+    t0 = time.perf_counter()
     ds = StreamingDataset(remote=remote, local=str(cache), format="parquet", batch_size=BATCH)
     loader = Loader(ds, num_workers=0, drop_last=False)
     try:
         for _ in range(epochs - 1):
             for _ in loader:
                 pass
-        start = time.perf_counter()
-        rows = sum(len(b["id"]) for b in loader)
-        return time.perf_counter() - start, rows
+        start = time.perf_counter() if epochs > 1 else t0
+        rows, first = 0, 0.0
+        for b in loader:
+            if not rows:
+                first = time.perf_counter() - start
+            rows += len(b["id"])
+        return time.perf_counter() - start, rows, first
     finally:
         loader.close()
         ds.close()
@@ -90,6 +130,7 @@ def main() -> None:
     parser.add_argument("--rows", type=int, default=32768)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--http", action="store_true", help="astream reads over loopback HTTP")
+    parser.add_argument("--hf-python", help="an interpreter with Hugging Face datasets: compare its streaming")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parquet-bench-"))
     data = work / "data"
@@ -98,6 +139,9 @@ def main() -> None:
     size = sum(p.stat().st_size for p in data.glob("*.parquet"))
     print(f"{args.files} files x {args.groups} row groups x {args.rows} rows = {total} rows, {size / 1e6:.1f} MB")
     results: dict[str, list[float]] = {"floor": [], "warm": [], "cold": []}
+    firsts: dict[str, list[float]] = {"cold": []}
+    if args.hf_python:
+        results["hf"], firsts["hf"] = [], []
     server = None
     try:
         remote = str(data)
@@ -113,9 +157,16 @@ def main() -> None:
             cache = work / f"cache-{run}"
             for kind, epochs in (("cold", 1), ("warm", 2)):
                 shutil.rmtree(cache, ignore_errors=True)
-                seconds, rows = astream_pass(remote, cache, epochs)
+                seconds, rows, first = astream_pass(remote, cache, epochs)
                 assert rows == total
                 results[kind].append(rows / seconds)
+                if kind == "cold":
+                    firsts["cold"].append(first)
+            if args.hf_python:
+                seconds, rows, first = hf_pass(args.hf_python, data)
+                assert rows == total
+                results["hf"].append(rows / seconds)
+                firsts["hf"].append(first)
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items()))
     finally:
         if server is not None:
@@ -124,6 +175,10 @@ def main() -> None:
     med = {k: statistics.median(v) for k, v in results.items()}
     print("medians: " + ", ".join(f"{k} {v:,.0f} rows/s" for k, v in med.items()))
     print(f"astream warm / floor = {med['warm'] / med['floor']:.2f}x, cold / floor = {med['cold'] / med['floor']:.2f}x")
+    print("first batch (cold, from constructing the dataset): " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in firsts.items()))
+    if "hf" in med:
+        print(f"astream warm / hf = {med['warm'] / med['hf']:.2f}x, cold / hf = {med['cold'] / med['hf']:.2f}x")
 
 
 if __name__ == "__main__":
