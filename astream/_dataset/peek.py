@@ -13,6 +13,8 @@ reading ahead (later it would fetch bytes the download fetches anyway, and on a 
 is the bottleneck that costs throughput). Where it does not apply (the reader waits for
 the download, as before):
 
+- shards other than MDS (text formats, Parquet row groups, tars): they carry no header of
+  record offsets;
 - shards stored compressed on the remote (``zip_data``): there is no byte range to read;
 - streams with ``validate_hash``: the records would be handed out before the file that
   holds them could be checked;
