@@ -39,6 +39,7 @@ def table(file: int, rows: int) -> pa.Table:
         "lst": pa.array([None if k % 17 == 0 else list(range(k % 4)) for k in i], pa.list_(pa.int16())),
         "llst": pa.array([[float(k)] * (k % 3) for k in i], pa.large_list(pa.float32())),
         "fx": pa.array([[float(k), -float(k)] for k in i], pa.list_(pa.float64(), 2)),
+        "nfx": pa.array([None if k % 23 == 0 else [int(k), 1, 2] for k in i], pa.list_(pa.int32(), 3)),
         "ts": pa.array(ids.astype("datetime64[ms]")),
         "day": pa.array([datetime.date(2020, 1, 1) + datetime.timedelta(days=int(k)) for k in i], pa.date32()),
         "dec": pa.array([decimal.Decimal(int(b)) / 100 for b in ids], pa.decimal128(12, 2)),

@@ -52,7 +52,8 @@ def column_kind(pa_type: Any, has_nulls: bool) -> tuple[str, str]:
     if pa.types.is_fixed_size_list(t) and _is_number(pa, t.value_type) and not has_nulls:
         inner = str(pa.array([], t.value_type).to_numpy().dtype)
         return "fixed", f"ndarray:{inner}:{t.list_size}"
-    if (pa.types.is_list(t) or pa.types.is_large_list(t)) and _is_number(pa, t.value_type):
+    if (pa.types.is_list(t) or pa.types.is_large_list(t) or pa.types.is_fixed_size_list(t)) and _is_number(
+            pa, t.value_type):
         inner = str(pa.array([], t.value_type).to_numpy().dtype)
         return "ndarray", f"ndarray:{inner}"
     return "object", "json"

@@ -99,7 +99,10 @@ def parse_footer(file: FileFooter, where: str) -> tuple[Any, list[RowGroupShape]
         for c in range(rg.num_columns):
             col = rg.column(c)
             top = col.path_in_schema.split(".")[0]
-            start = col.dictionary_page_offset if col.has_dictionary_page else col.data_page_offset
+            # Some writers record a dictionary page offset of 0 for "none": the chunk then
+            # starts at its first data page.
+            dictionary = col.dictionary_page_offset if col.has_dictionary_page else None
+            start = min(dictionary, col.data_page_offset) if dictionary else col.data_page_offset
             end = start + col.total_compressed_size
             if start < 4 or end > file.footer_offset:
                 raise ShardFormatError(

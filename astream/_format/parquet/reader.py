@@ -118,7 +118,7 @@ class _Column:
         elif kind == "fixed":
             self._np = arr.flatten().to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)
         elif kind == "ndarray":
-            if arr.values.null_count == 0:
+            if hasattr(arr, "offsets") and arr.values.null_count == 0:  # (a fixed-size list has none)
                 self._np = arr.values.to_numpy(zero_copy_only=False)
                 self._offsets = np.asarray(arr.offsets.to_numpy(zero_copy_only=False), np.int64)
                 self._valid = arr.is_valid().to_numpy(zero_copy_only=False)
