@@ -90,16 +90,46 @@ for batch in ds.iter(batch_size=BATCH):
     rows += len(out["id"])
     if first is None:
         first = time.perf_counter() - t0
-print(json.dumps({"seconds": time.perf_counter() - t0, "rows": rows, "first": first}))
+first_pass = time.perf_counter() - t0
+# Resumption: iterate to 90% of the epoch, take the state, then time a fresh dataset from
+# its construction and load_state_dict to the first batch.
+it = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
+seen, state = 0, None
+for b in it:
+    seen += len(b["id"])
+    if state is None and seen >= 0.9 * rows:
+        state = it.state_dict()
+t1 = time.perf_counter()
+again = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
+again.load_state_dict(state)
+for b in again:
+    break
+resume = time.perf_counter() - t1
+print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume": resume}), flush=True)
 """.replace("BATCH", str(BATCH))
 
 
-def hf_pass(python: str, root: Path) -> tuple[float, int, float]:
-    """Hugging Face datasets streaming, in ``python``: (seconds, rows, seconds to the first batch)."""
+def hf_pass(python: str, root: Path) -> tuple[float, int, float, float]:
+    """Hugging Face datasets streaming, in ``python``: (seconds, rows, first batch s, resume s)."""
     files = [str(p) for p in sorted(root.glob("*.parquet"))]
     out = subprocess.run([python, "-c", _HF, *files], check=True, capture_output=True, text=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
-    return got["seconds"], got["rows"], got["first"]
+    return got["seconds"], got["rows"], got["first"], got["resume"]
+
+
+def astream_resume(remote: str, cache: Path, total: int) -> float:
+    """A fresh dataset (cold cache) resumed at 90% of the epoch: seconds from its construction
+    and ``load_state_dict`` to the first batch."""
+    start = time.perf_counter()
+    ds = StreamingDataset(remote=remote, local=str(cache), format="parquet", batch_size=BATCH)
+    loader = Loader(ds, num_workers=0, drop_last=False)
+    try:
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": int(0.9 * total)})
+        next(iter(loader))
+        return time.perf_counter() - start
+    finally:
+        loader.close()
+        ds.close()
 
 
 def astream_pass(remote: str, cache: Path, epochs: int) -> tuple[float, int, float]:
@@ -140,8 +170,9 @@ def main() -> None:
     print(f"{args.files} files x {args.groups} row groups x {args.rows} rows = {total} rows, {size / 1e6:.1f} MB")
     results: dict[str, list[float]] = {"floor": [], "warm": [], "cold": []}
     firsts: dict[str, list[float]] = {"cold": []}
+    resumes: dict[str, list[float]] = {"astream": []}
     if args.hf_python:
-        results["hf"], firsts["hf"] = [], []
+        results["hf"], firsts["hf"], resumes["hf"] = [], [], []
     server = None
     try:
         remote = str(data)
@@ -162,11 +193,14 @@ def main() -> None:
                 results[kind].append(rows / seconds)
                 if kind == "cold":
                     firsts["cold"].append(first)
+            shutil.rmtree(cache, ignore_errors=True)
+            resumes["astream"].append(astream_resume(remote, cache, total))
             if args.hf_python:
-                seconds, rows, first = hf_pass(args.hf_python, data)
+                seconds, rows, first, resume = hf_pass(args.hf_python, data)
                 assert rows == total
                 results["hf"].append(rows / seconds)
                 firsts["hf"].append(first)
+                resumes["hf"].append(resume)
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items()))
     finally:
         if server is not None:
@@ -177,6 +211,8 @@ def main() -> None:
     print(f"astream warm / floor = {med['warm'] / med['floor']:.2f}x, cold / floor = {med['cold'] / med['floor']:.2f}x")
     print("first batch (cold, from constructing the dataset): " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in firsts.items()))
+    print("resume at 90% to the first batch (cold): " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in resumes.items()))
     if "hf" in med:
         print(f"astream warm / hf = {med['warm'] / med['hf']:.2f}x, cold / hf = {med['cold'] / med['hf']:.2f}x")
 
