@@ -15,6 +15,7 @@ from concurrent.futures import Executor
 from astream._cache.cache import ShardCache, ShardFile, shard_files
 from astream._cache.durability import BackgroundSync
 from astream._cache.install import CorruptFile, ShardSink, verify_files
+from astream._cache.ranged import fetch_ranges
 from astream._cache.slots import Slots
 from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
@@ -180,7 +181,7 @@ class Installation:
             raise CacheError(
                 f"{raw_final} is missing (or has the wrong size) and there is no remote to fetch it from"
             )
-        url = join_url(self.remote_root, stored.basename)
+        url = join_url(self.remote_root, f.source.file if f.source is not None else stored.basename)
         sink = new_sink(local_zip if keep else None, url)
 
         async def complete() -> None:
@@ -195,7 +196,10 @@ class Installation:
             alone = not self._first_done and self._slots.limit == 1
             async with self._slots.hold(priority):
                 self._wake()
-                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
+                if f.source is not None:
+                    await fetch_ranges(self._backend(url), url, f.source, sink, self.on_bytes)
+                else:
+                    await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
                 if alone:
                     await complete()
             self._first_done = True

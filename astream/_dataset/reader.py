@@ -41,7 +41,7 @@ from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
 from astream._format.gather import gather_batch
-from astream._format.shard import ShardReader
+from astream._format.kinds import SampleSource
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -289,7 +289,7 @@ class EpochReader(AsyncResource):
             self._pages.release(int(self._lease_shard[lease]))
             await self._node.unpin(self._key(lease))
 
-    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> ShardReader | PeekedRecords:
+    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> SampleSource | PeekedRecords:
         if peeked and shard in peeked:
             return peeked[shard]
         return self._shards.get(shard, self._paths[shard])
