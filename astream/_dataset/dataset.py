@@ -16,6 +16,7 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from astream._cache.index_file import load_index
+from astream._cache.installer import check_hashes_present
 from astream._cache.parquet_index import load_parquet_index
 from astream._cache.wds_index import load_wds_index
 from astream._coord.client import AsyncNodeClient
@@ -246,6 +247,12 @@ class StreamingDataset(RandomAccess):
 
 async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
     async def one(s: Stream) -> Index:
+        index = await load(s)
+        if s.validate_hash:  # refused here, at construction, not later inside the node agent
+            check_hashes_present(index, s.validate_hash)
+        return index
+
+    async def load(s: Stream) -> Index:
         if s.format != "mds":
             assert s.remote is not None  # such a stream always reads its files from somewhere
             async with StoragePool(configure(s.remote, s.remote_config)) as pool:
