@@ -125,10 +125,11 @@ def shuffle_quality(plan: EpochPlan, shard_samples: Sequence[int], *, drop_last:
 
 
 def stall_timeline(trace: SimTrace, transfer_bytes: Sequence[int], *, bandwidth: float, step_time: float,
-                   queue_steps: int = 2) -> tuple[float, float]:
+                   queue_steps: int = 2, latency: float = 0.0) -> tuple[float, float]:
     """Seconds a training loop waits for data over a simulated epoch, and the epoch's length.
 
-    The node's link moves one transfer at a time at ``bandwidth`` bytes/s, in the order
+    The node's link moves one transfer at a time at ``bandwidth`` bytes/s, each costing
+    ``latency`` seconds more (the request's round trip, installing the file), in the order
     the simulation asked for them; a step's transfers start once its reader starts it
     (the readers work up to ``queue_steps`` steps ahead of the loop, as the loader's
     prefetch queue lets them). A step's batches are ready when the last transfer of a
@@ -138,8 +139,9 @@ def stall_timeline(trace: SimTrace, transfer_bytes: Sequence[int], *, bandwidth:
     Returns:
         ``(stall_s, epoch_s)``.
     """
-    if bandwidth <= 0 or step_time < 0:
-        raise ConfigError(f"bandwidth must be > 0 and step_time >= 0, got {bandwidth} and {step_time}")
+    if bandwidth <= 0 or step_time < 0 or latency < 0:
+        raise ConfigError(f"bandwidth must be > 0, step_time and latency >= 0, got {bandwidth}, {step_time} "
+                          f"and {latency}")
     steps = len(trace.keys)
     link = 0.0
     arrived: dict[int, float] = {}
@@ -150,7 +152,7 @@ def stall_timeline(trace: SimTrace, transfer_bytes: Sequence[int], *, bandwidth:
         slot = got[t - queue_steps] if t >= queue_steps else 0.0  # a free place in the queue
         start = max(ready_prev, slot)
         for key in trace.downloads[t]:
-            link = max(link, start) + transfer_bytes[key] / bandwidth
+            link = max(link, start) + latency + transfer_bytes[key] / bandwidth
             arrived[key] = link
         ready = max([start, *(arrived.get(k, 0.0) for k in trace.keys[t])])
         free = got[-1] + step_time if got else 0.0  # when the loop asks for this step
@@ -163,7 +165,8 @@ def stall_timeline(trace: SimTrace, transfer_bytes: Sequence[int], *, bandwidth:
 def forecast_epoch(
     plan: EpochPlan, footprints: Sequence[int], transfer_bytes: Sequence[int] | None = None, *,
     shard_samples: Sequence[int] | None = None, cache_limit: int | None = None, predownload: int | None = None,
-    bandwidth: float | None = None, step_time: float | None = None, queue_steps: int = 2, drop_last: bool = False,
+    bandwidth: float | None = None, step_time: float | None = None, latency: float = 0.0, queue_steps: int = 2,
+    drop_last: bool = False,
 ) -> EpochForecast:
     """Simulate one epoch of every node under ``plan`` and the cache's eviction policy.
 
@@ -177,6 +180,7 @@ def forecast_epoch(
             at most the batch size: no prefetch beyond the current batch.
         bandwidth: the node's download bandwidth in bytes/s, for the stall figure.
         step_time: seconds a training step takes, for the stall figure.
+        latency: seconds each transfer costs beyond its bytes (round trip, install).
         queue_steps: batches the loader keeps ready ahead of the loop.
         drop_last: the loader drops each worker's last, incomplete batch.
 
@@ -215,7 +219,7 @@ def forecast_epoch(
         stall = epoch = None
         if bandwidth is not None and step_time is not None:
             stall, epoch = stall_timeline(trace, moved, bandwidth=bandwidth, step_time=step_time,
-                                          queue_steps=queue_steps)
+                                          queue_steps=queue_steps, latency=latency)
         nodes.append(NodeForecast(
             node=node, readers=readers, steps=len(trace.keys), downloads=sim.downloads, redownloads=redownloads,
             bytes_downloaded=sum(step_bytes), evictions=sim.evictions, peak_cache_bytes=sim.peak,

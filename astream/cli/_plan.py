@@ -59,6 +59,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    "(default 8 x batch size)")
     p.add_argument("--bandwidth", default=None, help="the node's download bandwidth per second, e.g. 100mb")
     p.add_argument("--step-time", type=float, default=None, help="seconds of one training step")
+    p.add_argument("--latency", type=float, default=0.0, help="seconds each transfer costs beyond its bytes: "
+                   "the request's round trip and installing the file (default 0)")
     p.add_argument("--png", default=None, metavar="PATH", help="draw cache and download over the epoch (matplotlib)")
     p.add_argument("--json", action="store_true", help="print the forecast as JSON")
     p.set_defaults(func=run)
@@ -87,6 +89,8 @@ def forecast(index: Index, args: argparse.Namespace) -> EpochForecast:
     nodes, ranks = _world(args.world)
     if args.workers < 0 or args.batch_size < 1:
         raise CommandError("--workers must be >= 0 and --batch-size >= 1", 2)
+    if args.latency < 0:
+        raise CommandError(f"--latency={args.latency} must be >= 0 seconds", 2)
     if (args.bandwidth is None) != (args.step_time is None):
         raise CommandError("--bandwidth and --step-time go together (the stall forecast needs both)", 2)
     plan = EpochPlan(
@@ -109,7 +113,7 @@ def forecast(index: Index, args: argparse.Namespace) -> EpochForecast:
         cache_limit=_size(args.cache_limit, "--cache-limit"),
         predownload=args.predownload,
         bandwidth=None if bandwidth is None else float(bandwidth),
-        step_time=args.step_time, queue_steps=depth, drop_last=args.drop_last,
+        step_time=args.step_time, latency=args.latency, queue_steps=depth, drop_last=args.drop_last,
     )
 
 

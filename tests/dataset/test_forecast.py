@@ -8,10 +8,13 @@ network (stored, i.e. compressed, sizes), evictions and re-downloads.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 import warnings
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
@@ -103,6 +106,8 @@ def test_stall_timeline_by_hand() -> None:
     assert stall_timeline(early, [100, 100], bandwidth=100.0, step_time=0.5) == (1.5, 3.0)
     # a slower loop hides the second transfer entirely
     assert stall_timeline(early, [100, 100], bandwidth=100.0, step_time=1.0) == (1.0, 4.0)
+    # each transfer costing 0.5 s more: 1.5 s for step 0, step 1 ready at 3.0 (asked at 2.0)
+    assert stall_timeline(trace, [100, 100], bandwidth=100.0, step_time=0.5, latency=0.5) == (2.5, 4.0)
     with pytest.raises(ConfigError, match="bandwidth must be > 0"):
         stall_timeline(trace, [100, 100], bandwidth=0.0, step_time=0.5)
 
@@ -154,3 +159,26 @@ def test_the_picture(served: tuple[LoopbackServer, dict[str, Index]], tmp_path: 
     png = tmp_path / "plan.png"
     assert main(["plan", f"{server.url}/none", "--batch-size", "4", "--cache-limit", "100kb", "--png", str(png)]) == 0
     assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_the_throttled_loopback_server_shares_one_link(tmp_path: Path) -> None:
+    for name in ("a", "b"):
+        (tmp_path / name).write_bytes(bytes(100_000))
+
+    async def fetch_both(url: str) -> list[bytes]:
+        async with aiohttp.ClientSession() as session:
+
+            async def one(name: str) -> bytes:
+                async with session.get(f"{url}/{name}") as resp:
+                    return await resp.read()
+
+            return list(await asyncio.gather(one("a"), one("b")))
+
+    with LoopbackServer(str(tmp_path), bandwidth=1_000_000) as server:
+        start = time.perf_counter()
+        bodies = asyncio.run(fetch_both(server.url))
+        took = time.perf_counter() - start
+    assert bodies == [bytes(100_000)] * 2
+    assert took >= 0.2 * 0.95  # 200 kB through one 1 MB/s link, whatever the concurrency (a lower bound)
+    with pytest.raises(ValueError, match="bandwidth must be > 0"):
+        LoopbackServer(str(tmp_path), bandwidth=0)
