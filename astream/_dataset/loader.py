@@ -29,7 +29,9 @@ from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
+from astream._dataset.metrics import register as register_metrics
 from astream._dataset.progress import ProgressBar
+from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
@@ -183,6 +185,8 @@ class Loader:
         self.progress = progress
         self._bar: ProgressBar | None = None
         self._epoch_samples: int | None = None  # this iteration's, for the bar
+        register_metrics(self)  # a weak reference, read only by an exporter someone enabled
+        enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
