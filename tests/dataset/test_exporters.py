@@ -143,3 +143,10 @@ def test_a_missing_package_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         enable_prometheus()
     with pytest.raises(ConfigError, match=r"astream\[otel\]"):
         enable_otel()
+
+
+def test_every_metric_is_documented() -> None:
+    page = (Path(__file__).resolve().parents[2] / "docs" / "guide" / "metrics.md").read_text()
+    for metric in METRICS:
+        assert f"`{prometheus_name(metric)}" in page, metric.name
+        assert f"`{metric.name}" in page, metric.name
