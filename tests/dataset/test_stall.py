@@ -140,5 +140,19 @@ def test_progress_bar_shows_samples_and_stall(served: LoopbackServer, tmp_path: 
     assert re.search(rf"100%.*\b{N}(\.0)?/{N}(\.0)? .*sample/s", err), err
     assert "stall " in err
     assert "ready " in err
+
+    async def run() -> int:
+        ds2 = StreamingDataset(remote=f"{served.url}/ds", local=str(tmp_path / "cache"), batch_size=4)
+        n = 0
+        async for batch in Loader(ds2, progress=True):
+            n += len(batch["id"])
+            if n >= N // 2:
+                break  # the bar closes with the iteration
+        await ds2.aclose()
+        return n
+
+    assert asyncio.run(run()) == N // 2
+    err = capsys.readouterr().err
+    assert re.search(rf"\b{N // 2}(\.0)?/{N}(\.0)? .*stall \d+%, ready \d+%", err), err
     with pytest.raises(ConfigError, match="progress must be True or False"):
         Loader(ds, progress="yes")  # type: ignore[arg-type]
