@@ -7,7 +7,8 @@ compute time over its wall time, from its first batch to its last (the first bat
 latency is reported apart). For each library, sample size (~1 KB, ~100 KB) and cache
 (``cold``: an empty cache, the dataset behind a loopback HTTP server, S3-style for the
 peer; ``warm``: the dataset folder is the cache), it finds the largest N whose every
-accelerator keeps AU >= 90%: N = 1, 2, 4, ... until one fails, then a bisection. It also
+accelerator keeps AU >= 90%: N = 1, 2, 4, ... until one fails, then a bisection. The
+ranks start their measured steps together, once every one has its first batch. It also
 reports the p99 ``next()`` wait and the CPU seconds per sample at that N (each rank's
 process tree from its first batch to its last: loader workers and a node agent started
 there included; the loopback server, in this driver, is not), and the resume latency (state dict at 90% of an epoch, a fresh loader, the first
@@ -40,7 +41,7 @@ from astream.testing import LoopbackServer
 RANK = Path(__file__).with_name("au_rank.py")
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", "")
 # name: (samples, batch, step seconds, steps)
-SIZES = {"small": (200_000, 64, 0.004, 100), "large": (4_000, 16, 0.02, 40)}
+SIZES = {"small": (200_000, 64, 0.016, 100), "large": (4_000, 16, 0.04, 40)}
 
 
 def build(root: Path, names: list[str]) -> None:
@@ -59,6 +60,7 @@ def build(root: Path, names: list[str]) -> None:
 def trial(lib: str, name: str, cache: str, n: int, data: Path, port: int, scratch: Path, args: argparse.Namespace,
           resume: bool = False) -> list[dict[str, Any]]:
     _samples, batch, step, steps = SIZES[name]
+    step = args.small_step if name == "small" else args.large_step
     run = scratch / f"{lib}-{name}-{cache}-{n}-{time.monotonic_ns()}"
     run.mkdir(parents=True)
     if cache == "warm":
@@ -84,6 +86,8 @@ def trial(lib: str, name: str, cache: str, n: int, data: Path, port: int, scratc
             cmd += ["--remote", remote]
         if resume:
             cmd.append("--resume")
+        else:
+            cmd += ["--barrier", str(run)]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
         outs.append(out)
     results = []
@@ -142,6 +146,8 @@ def main() -> None:
     p.add_argument("--peer-python", default=PEER_PYTHON)
     p.add_argument("--max-n", type=int, default=32)
     p.add_argument("--workers", type=int, default=1)
+    p.add_argument("--small-step", type=float, default=SIZES["small"][2], help="seconds per step, ~1 KB samples")
+    p.add_argument("--large-step", type=float, default=SIZES["large"][2], help="seconds per step, ~100 KB samples")
     p.add_argument("--only", default="small,large")
     p.add_argument("--caches", default="cold,warm")
     p.add_argument("--libs", default="astream,mosaic")

@@ -69,6 +69,15 @@ def tree_cpu() -> float:
     return total
 
 
+def wait_for_all(folder: str) -> None:
+    """Every accelerator starts its measured steps together, once all have their first batch
+    (as MLPerf Storage starts them): no rank's steps overlap another's start-up."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    open(os.path.join(folder, f"ready.{os.environ.get('RANK', '0')}"), "w").close()
+    while sum(1 for name in os.listdir(folder) if name.startswith("ready.")) < world:
+        time.sleep(0.005)
+
+
 def accelerate(args: argparse.Namespace) -> dict[str, Any]:
     ds, loader = make(args.lib, args.remote, args.local, args.batch, args.workers)
     steps = min(args.steps, len(loader))
@@ -77,7 +86,8 @@ def accelerate(args: argparse.Namespace) -> dict[str, Any]:
     first = time.perf_counter()
     next(it)
     first_batch = time.perf_counter() - first
-    time.sleep(args.step_time)
+    if args.barrier:
+        wait_for_all(args.barrier)
     cpu0 = tree_cpu()
     start = time.perf_counter()
     compute = 0.0
@@ -131,6 +141,7 @@ def main() -> None:
     p.add_argument("--step-time", type=float, required=True)
     p.add_argument("--out", required=True)
     p.add_argument("--resume", action="store_true")
+    p.add_argument("--barrier", default=None, help="a folder the ranks meet in after their first batch")
     args = p.parse_args()
     warnings.simplefilter("ignore")
     result = resume(args) if args.resume else accelerate(args)
