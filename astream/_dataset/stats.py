@@ -113,8 +113,11 @@ class Stats:
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     node: dict[str, Any] = field(default_factory=dict)
 
-    _CONSUMER: ClassVar[tuple[str, ...]] = ("batches", "samples", "consumer_wait_s", "wait_p50_s", "wait_p99_s", "wait_max_s", "readiness",
-                 "stall", "wait_buckets", "stages", "requests")
+    # Not the engines' figures: the consumer's, or computed here.
+    _CONSUMER: ClassVar[tuple[str, ...]] = (
+        "batches", "samples", "consumer_wait_s", "wait_p50_s", "wait_p99_s", "wait_max_s", "readiness", "stall",
+        "wait_buckets", "stages", "requests",
+    )
 
     @classmethod
     def of(cls, agent: dict[str, Any], consumer: ConsumerCounters | None = None) -> Stats:
