@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from concurrent.futures import Executor
 
 from astream._cache.cache import ShardCache, ShardFile, shard_files
@@ -188,6 +189,7 @@ class Installation:
             if sync is not None:
                 await self._prepare_sync(sync)
             await sink.finish()
+            self.stats.decode_s += sink.busy_s
 
         try:
             # The very first shard (slow start at one transfer) keeps its slot until it is
@@ -196,10 +198,12 @@ class Installation:
             alone = not self._first_done and self._slots.limit == 1
             async with self._slots.hold(priority):
                 self._wake()
+                began = time.perf_counter()
                 if f.source is not None:
                     await fetch_ranges(self._backend(url), url, f.source, sink, self.on_bytes)
                 else:
                     await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
+                self.stats.download_s += time.perf_counter() - began
                 if alone:
                     await complete()
             self._first_done = True

@@ -40,6 +40,7 @@ from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
+from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._resource import AsyncResource
@@ -327,14 +328,17 @@ class EpochReader(AsyncResource):
 
     async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any) -> Any:
         if self._steps is not None:
-            batch = (collate or collate_samples)(await self._samples(a, b, peeked))
+            with STAGES.timed("transform"):  # the steps read each sample and transform it
+                samples = await self._samples(a, b, peeked)
+            batch = STAGES.call("collate", collate or collate_samples, samples)
         elif collate is not None:
-            batch = collate(self._read_each(a, b, peeked))
+            batch = STAGES.call("collate", collate, STAGES.call("read", self._read_each, a, b, peeked))
         else:
-            batch = self._read_batch(a, b, peeked)
+            batch = STAGES.call("read", self._read_batch, a, b, peeked)
         if self._batch_transform is not None:
-            batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
-                                                                     self._batch_transform, batch)
+            with STAGES.timed("transform"):
+                batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
+                                                                         self._batch_transform, batch)
         return batch
 
     async def batches(
