@@ -121,3 +121,14 @@ async def test_recorded_replication_orders(fixtures_dir: Path, tmp_path: Path, n
                 assert {k: v for k, v in state.items() if k != "astream_fingerprint"} == case["state_dict"]
     finally:
         await close_all(datasets)
+    if case.get("take_batches"):
+        # A restarted job loads the peer's state (no fingerprint) and yields the rest as it did.
+        datasets = make_rank_datasets(cfg["streams"], fixtures_dir / "mds" / "layouts", tmp_path / "resumed",
+                                      cfg["world"], run_id=f"{name}-resumed", **_kwargs(cfg))
+        try:
+            for ds in datasets:
+                ds.load_state_dict(case["state_dict"])
+            assert await iterate_ranks(datasets, num_workers=workers, batch_size=cfg["batch_size"]) == \
+                case["resumed_per_rank"]
+        finally:
+            await close_all(datasets)
