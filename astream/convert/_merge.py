@@ -168,8 +168,11 @@ def _recover(out: Out, keep_local: bool, timeout: float) -> str:
     else:
         indexes = run_loop(_read_parts(remote, None, timeout))
     if not indexes:
-        raise IndexFormatError(f"merge_index: no part-NNNNN/index.json (nor any sub-folder's index.json) under "
-                               f"{remote or local}; did the conversion write any partition there?")
+        # A local root is also searched for MosaicML's sub-folders; a remote one is probed
+        # for parts only (listing a bucket is not part of the storage protocol).
+        what = "part-NNNNN/index.json" if remote is not None else "part-NNNNN/index.json nor any sub-folder's index.json"
+        raise IndexFormatError(f"merge_index: no {what} under {remote or local}; "
+                               "did the conversion write any partition there?")
     missing = sorted(set(range(max(indexes) + 1)) - set(indexes))
     if missing:
         raise IndexFormatError(f"merge_index: parts {', '.join(part_name(i) for i in missing[:10])} of "
