@@ -2,7 +2,8 @@
 
 The writers take the column names and their encodings, and every sample as a dict. The
 written files are what matters: the result holds each file's SHA-1 and size, and the
-samples read back with LocalDataset.
+samples read back with LocalDataset and streamed back by StreamingDataset (shuffled, so the
+order is the library's too).
 """
 
 import hashlib
@@ -10,7 +11,7 @@ import json
 import os
 import sys
 
-from streaming import CSVWriter, JSONWriter, LocalDataset
+from streaming import CSVWriter, JSONWriter, LocalDataset, StreamingDataset
 
 
 def samples():
@@ -42,6 +43,8 @@ def main(root, result):
     for name, path in (("json", json_out), ("csv", csv_out)):
         dataset = LocalDataset(local=path)
         read_back[name] = [dataset[i] for i in range(len(dataset))]
+        streamed = StreamingDataset(local=path, shuffle=True, shuffle_seed=7, batch_size=4)
+        read_back[f"{name}_streamed"] = [sample for sample in streamed]
     with open(result, "w") as f:
         json.dump({"json_files": files(json_out), "csv_files": files(csv_out), "read_back": read_back}, f)
 
