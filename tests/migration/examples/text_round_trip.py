@@ -44,7 +44,7 @@ def main(root, result):
         dataset = LocalDataset(local=path)
         read_back[name] = [dataset[i] for i in range(len(dataset))]
         streamed = StreamingDataset(local=path, shuffle=True, shuffle_seed=7, batch_size=4)
-        read_back[f"{name}_streamed"] = [sample for sample in streamed]
+        read_back[f"{name}_streamed"] = list(streamed)
     with open(result, "w") as f:
         json.dump({"json_files": files(json_out), "csv_files": files(csv_out), "read_back": read_back}, f)
 
