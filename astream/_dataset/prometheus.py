@@ -58,6 +58,7 @@ class _Collector:
         for metric in METRICS:
             name = prometheus_name(metric)
             extra = ["stage"] if metric.per_stage else []
+            family: Any  # one of prometheus_client's three metric families, by the metric's kind
             if metric.kind == "counter":
                 family = core.CounterMetricFamily(name, metric.description, labels=names + extra)
             elif metric.kind == "gauge":
