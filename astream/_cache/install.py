@@ -30,7 +30,7 @@ from astream._format.hashing import Hasher, new_hasher
 from astream._storage.sink import BufferedSink, datasync, fsync_dir
 from astream.errors import CacheError, CompressionError
 
-__all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name", "verify_files"]
+__all__ = ["CorruptFile", "ShardSink", "find_temporary", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 # zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
@@ -50,6 +50,30 @@ class CorruptFile(Exception):
 def temp_name(final: str) -> str:
     """A temporary path beside ``final`` that names this process."""
     return f"{final}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+
+def find_temporary(final: str) -> str | None:
+    """The temporary file a live process is writing ``final`` to, or None.
+
+    Readers on the node use it to read a shard while it arrives (the file grows in order:
+    every byte below its size is written). A crashed writer's leftover is never chosen.
+    If several live writers exist (they should not: one download per shard per node), the
+    newest is taken.
+    """
+    folder, base = os.path.split(final)
+    best: tuple[float, str] | None = None
+    with contextlib.suppress(OSError), os.scandir(folder or ".") as it:
+        for entry in it:
+            name = entry.name
+            if not name.startswith(base) or len(name) == len(base) or name[len(base)] != ".":
+                continue
+            match = _TEMP.fullmatch(name[len(base):])
+            if match and pid_alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    stamp = entry.stat().st_mtime
+                    if best is None or stamp > best[0]:
+                        best = (stamp, entry.path)
+    return None if best is None else best[1]
 
 
 def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:

@@ -1,0 +1,248 @@
+"""Records of a shard read from the cache's file while the shard is still arriving.
+
+The engine writes a shard's raw bytes in order (as the body streams in, or as the
+decompressor produces them) to a temporary file beside the final name, and renames it
+only once it is complete and checked (:mod:`astream._cache.install`). A reader whose
+next batch lies in such a shard does not have to wait for the rename: every byte below
+the temporary file's size is written, so once the offset table and the records a batch
+needs are there, they are read with ``pread`` and decoded as a small shard of their own
+(:func:`~astream._dataset.peek.small_shard`: the format layer's checks apply). Nothing
+here ever writes, renames or trusts a file: what a later run finds in the cache is still
+only what the engine renamed into place.
+
+How it stays exact: the bytes handed out may come from a download that later fails its
+checks (a size or decompression error, a digest that differs), is restarted from byte 0,
+or is replaced by a second download. So every span read (the offset table and each run
+of records) is remembered with its xxh3 digest, and when the shard's lease resolves, the
+same spans of the installed file are hashed again (:meth:`ArrivingShards.verify`). The
+installed file is the one every check accepted, so equal spans mean every sample served
+early is the sample the cache holds; a difference raises
+:class:`~astream.errors.ServedSamplesError` (the epoch stops), and a download that fails
+for good raises its own error there too. The reader waits for these checks before an
+iteration ends, so an epoch never finishes with an unchecked sample.
+
+Where it does not apply (the reader waits for the shard, as before): streams with
+``validate_hash`` (a sample must not be handed out before its file's digest is checked),
+local datasets (nothing arrives), and readers of a bounded cache (they pin one batch at
+a time; see :mod:`astream._dataset.reader`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from astream._arrays import sorted_unique
+from astream._cache.install import find_temporary
+from astream._dataset.layout import SampleMap
+from astream._dataset.peek import PeekedRecords, Span, check_head, coalesce, small_shard
+from astream.errors import ServedSamplesError, ShardFormatError
+
+__all__ = ["ArrivingShards"]
+
+Int64Array = npt.NDArray[np.int64]
+_U32 = np.dtype("<u4")
+# How often a reader waiting for more bytes of an arriving shard looks at its file.
+POLL_S = 0.004
+
+
+
+class _Open:
+    """One temporary file being read: its descriptor and identity."""
+
+    __slots__ = ("fd", "ino", "path")
+
+    def __init__(self, path: str, fd: int, ino: int) -> None:
+        self.path = path
+        self.fd = fd
+        self.ino = ino
+
+
+class ArrivingShards:
+    """Reads records of shards that are still being written into this node's cache.
+
+    Lives with one reader on one event loop; :meth:`close` releases its descriptors.
+
+    Args:
+        smap: where every global shard's records live and how they decode.
+        paths: per global shard, the cache path of its raw (decompressed) file where
+            reading it early applies, else None (see :meth:`paths_of`).
+    """
+
+    def __init__(self, smap: SampleMap, paths: Sequence[str | None]) -> None:
+        self._smap = smap
+        self._paths = list(paths)
+        self._open: dict[int, _Open] = {}
+        self._heads: dict[int, Int64Array] = {}
+        self._served: dict[int, set[Span]] = {}
+        self._head_span: dict[int, Span] = {}
+        self._off: set[int] = set()
+
+    @staticmethod
+    def paths_of(smap: SampleMap, streams: Sequence[Any]) -> list[str | None] | None:
+        """Per global shard, its raw file's cache path where early reads apply (else None),
+        or None when no shard of the dataset can be read early.
+
+        Args:
+            streams: the dataset's resolved streams (``remote``, ``split``, ``validate_hash``,
+                ``local_dir``).
+        """
+        out: list[str | None] = []
+        for s, index in zip(streams, smap.indexes, strict=True):
+            usable = s.remote is not None and not s.validate_hash
+            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
+            out.extend(os.path.join(folder, info.raw_data.basename) if usable else None for info in index.shards)
+        return out if any(p is not None for p in out) else None
+
+    def applies(self, shard: int) -> bool:
+        return self._paths[shard] is not None
+
+    def served(self, shard: int) -> bool:
+        """Whether records of ``shard`` were handed out early and are not checked yet."""
+        return bool(self._served.get(shard))
+
+    def _file(self, shard: int) -> _Open | None:
+        """The temporary file of ``shard`` now (None: not being written, or renamed already)."""
+        final = self._paths[shard]
+        if final is None:
+            return None
+        held = self._open.get(shard)
+        if held is not None:
+            try:
+                same = os.stat(held.path).st_ino == held.ino
+            except FileNotFoundError:
+                same = False  # renamed into place (the lease is a moment away) or given up
+            if same:
+                return held
+            self._drop(shard)
+        path = find_temporary(final)
+        if path is None:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        held = _Open(path, fd, os.fstat(fd).st_ino)
+        self._open[shard] = held
+        # A new file: another download (the offset table is read again, and checked again).
+        self._heads.pop(shard, None)
+        self._head_span.pop(shard, None)
+        return held
+
+    def _drop(self, shard: int) -> None:
+        held = self._open.pop(shard, None)
+        if held is not None:
+            os.close(held.fd)
+
+    def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
+        if shard in self._off:
+            return None
+        try:
+            return self._records(shard, offsets)
+        except (OSError, ShardFormatError):
+            # Unreadable, or a header that disagrees with index.json: wait for the download
+            # (the shard's own checks then report what is wrong).
+            self._off.add(shard)
+            self._drop(shard)
+            return None
+
+    def _records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        held = self._file(shard)
+        if held is None:
+            return None
+        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+        size = os.fstat(held.fd).st_size
+        head = self._heads.get(shard)
+        if head is None:
+            length = 4 + 4 * (info.samples + 1)
+            if size < length:
+                return None
+            raw = _pread(held.fd, 0, length)
+            if raw is None:
+                return None
+            (n,) = struct.unpack_from("<I", raw, 0)
+            head = np.frombuffer(raw, _U32, info.samples + 1, 4).astype(np.int64)
+            check_head(head, n, info.samples, info.raw_data.bytes, f"{held.path} (arriving)")
+            self._heads[shard] = head
+            self._head_span[shard] = (0, length, xxhash.xxh3_64_intdigest(raw))
+        wanted = sorted_unique(offsets)
+        begin, end = head[wanted], head[wanted + 1]
+        if int(end[-1]) > size:
+            return None  # (records are read in order of their offsets: the last is the farthest)
+        lo, hi = coalesce(begin, end)
+        chunks: list[bytes] = []
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            first, stop = int(begin[a]), int(end[b - 1])
+            data = _pread(held.fd, first, stop - first)
+            if data is None:
+                return None  # the file was cut short meanwhile (a restarted transfer)
+            chunks.append(data)
+        # The offset table these records were located with (read once for this file) is
+        # checked with them: every batch served carries its span.
+        return small_shard(self._smap, shard, f"{held.path} (records of a shard still arriving)", wanted,
+                           begin, end, lo, hi, chunks, [self._head_span[shard]])
+
+    def note(self, shard: int, spans: list[Span]) -> None:
+        """Spans of ``shard`` handed out early (from its arriving file or the remote), to check."""
+        self._served.setdefault(shard, set()).update(spans)
+
+    def verify(self, shard: int, path: str) -> None:
+        """Check the spans of ``shard`` served early against its installed file ``path``
+        (blocking: run it in a thread). Forgets them once checked.
+
+        Raises:
+            ServedSamplesError: a span differs (or the file cannot be read back).
+        """
+        spans = sorted(self._served.pop(shard, ()))
+        if not spans:
+            return
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except OSError as exc:
+            raise ServedSamplesError(
+                f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "
+                "those samples are unchecked: restart the epoch from its last state"
+            ) from exc
+        try:
+            for first, stop, digest in spans:
+                data = _pread(fd, first, stop - first)
+                if data is None or xxhash.xxh3_64_intdigest(data) != digest:
+                    raise ServedSamplesError(
+                        f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
+                        "served from while it arrived (the shard was downloaded again, or the remote changed); "
+                        "samples already handed out may be wrong: restart the epoch from its last state"
+                    )
+        finally:
+            os.close(fd)
+
+    def forget(self, shard: int) -> None:
+        """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
+        self._served.pop(shard, None)
+        self._drop(shard)
+
+    def close(self) -> None:
+        for shard in list(self._open):
+            with contextlib.suppress(OSError):
+                self._drop(shard)
+
+
+def _pread(fd: int, offset: int, count: int) -> bytes | None:
+    """``count`` bytes at ``offset``, or None if the file ends first."""
+    parts: list[bytes] = []
+    got = 0
+    while got < count:
+        data = os.pread(fd, count - got, offset + got)
+        if not data:
+            return None
+        parts.append(data)
+        got += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
