@@ -26,6 +26,7 @@ the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import os
@@ -332,7 +333,9 @@ class EpochReader(AsyncResource):
             arriving.note(shard, got.spans)
             lease = pending[shard]
             if lease not in self._checks:
-                self._checks[lease] = asyncio.get_running_loop().create_task(self._check(lease))
+                task = asyncio.get_running_loop().create_task(self._check(lease))
+                self._checks[lease] = task
+                task.add_done_callback(functools.partial(self._check_done, lease))
 
     async def _check(self, lease: int) -> None:
         """Once ``lease`` resolves, check what was served of its shard early against the file."""
@@ -357,6 +360,11 @@ class EpochReader(AsyncResource):
             arriving.forget(shard)
             raise
         await asyncio.to_thread(arriving.verify, shard, path)
+
+    def _check_done(self, lease: int, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            # Passed: forgotten, so each batch looks only at the checks still open or failed.
+            self._checks.pop(lease, None)
 
     def _raise_failed_checks(self) -> None:
         for task in self._checks.values():
