@@ -241,11 +241,14 @@ class ShardSink(BufferedSink):
             raise
 
     def _reset(self) -> None:
-        raw, zipped = self._files()
-        for fh in (raw, zipped):
-            if fh is not None:
-                fh.seek(0)
-                fh.truncate()
+        # New files, never the old ones rewritten: a temporary's bytes, once written, never
+        # change, so a reader that read them from the file that becomes the final one read
+        # the final bytes (astream._dataset.arriving relies on it).
+        self._close_files()
+        self._remove_files()
+        self.raw_tmp = temp_name(self.raw_path)
+        self.zip_tmp = temp_name(self.zip_path) if self.zip_path else None
+        self._files()
         self._fresh()
 
     def _close_files(self) -> None:

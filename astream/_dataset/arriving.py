@@ -11,15 +11,22 @@ here ever writes, renames or trusts a file: what a later run finds in the cache 
 only what the engine renamed into place.
 
 How it stays exact: the bytes handed out may come from a download that later fails its
-checks (a size or decompression error, a digest that differs), is restarted from byte 0,
-or is replaced by a second download. So every span read (the offset table and each run
-of records) is remembered with its xxh3 digest, and when the shard's lease resolves, the
-same spans of the installed file are hashed again (:meth:`ArrivingShards.verify`). The
-installed file is the one every check accepted, so equal spans mean every sample served
-early is the sample the cache holds; a difference raises
-:class:`~astream.errors.ServedSamplesError` (the epoch stops), and a download that fails
-for good raises its own error there too. The reader waits for these checks before an
-iteration ends, so an epoch never finishes with an unchecked sample.
+checks (a size or decompression error), is started again from byte 0, or is replaced by
+a second download, or from the remote by a ranged read (:mod:`astream._dataset.peek`).
+So every span served (the offset table, and each run of records) is remembered with its
+xxh3 digest and the file it came from, and when the shard's lease resolves it is checked
+against the installed file, the one every check accepted (:meth:`ArrivingShards.verify`):
+
+- spans read from the very file that was renamed into place (same device and inode) are
+  the installed bytes by construction: the engine only appends to a temporary and never
+  rewrites it (a transfer that starts again writes a new file), and the descriptor stays
+  open until the check, so the inode cannot have been reused;
+- any other span (an abandoned transfer's file, the remote) is hashed again from the
+  installed file; a difference raises :class:`~astream.errors.ServedSamplesError` and
+  the epoch stops. A download that fails for good raises its own error there.
+
+The reader waits for these checks before an iteration ends, so an epoch never finishes
+with an unchecked sample.
 
 Where it does not apply (the reader waits for the shard, as before): streams with
 ``validate_hash`` (a sample must not be handed out before its file's digest is checked),
@@ -57,12 +64,13 @@ POLL_S = 0.004
 class _Open:
     """One temporary file being read: its descriptor and identity."""
 
-    __slots__ = ("fd", "ino", "path")
+    __slots__ = ("fd", "ident", "path")
 
-    def __init__(self, path: str, fd: int, ino: int) -> None:
+    def __init__(self, path: str, fd: int) -> None:
+        st = os.fstat(fd)
         self.path = path
         self.fd = fd
-        self.ino = ino
+        self.ident = (st.st_dev, st.st_ino)
 
 
 class ArrivingShards:
@@ -81,7 +89,11 @@ class ArrivingShards:
         self._paths = list(paths)
         self._open: dict[int, _Open] = {}
         self._heads: dict[int, Int64Array] = {}
-        self._served: dict[int, set[Span]] = {}
+        # Per shard, the spans served early, by the file they came from (None: the remote).
+        self._served: dict[int, dict[tuple[int, int] | None, set[Span]]] = {}
+        # Descriptors of files served from, kept open until their shard is checked: an open
+        # file's inode number is not given to another file meanwhile.
+        self._kept: dict[int, list[int]] = {}
         self._head_span: dict[int, Span] = {}
         self._off: set[int] = set()
 
@@ -104,10 +116,6 @@ class ArrivingShards:
     def applies(self, shard: int) -> bool:
         return self._paths[shard] is not None
 
-    def served(self, shard: int) -> bool:
-        """Whether records of ``shard`` were handed out early and are not checked yet."""
-        return bool(self._served.get(shard))
-
     def _file(self, shard: int) -> _Open | None:
         """The temporary file of ``shard`` now (None: not being written, or renamed already)."""
         final = self._paths[shard]
@@ -116,7 +124,8 @@ class ArrivingShards:
         held = self._open.get(shard)
         if held is not None:
             try:
-                same = os.stat(held.path).st_ino == held.ino
+                st = os.stat(held.path)
+                same = (st.st_dev, st.st_ino) == held.ident
             except FileNotFoundError:
                 same = False  # renamed into place (the lease is a moment away) or given up
             if same:
@@ -129,7 +138,7 @@ class ArrivingShards:
             fd = os.open(path, os.O_RDONLY)
         except FileNotFoundError:
             return None
-        held = _Open(path, fd, os.fstat(fd).st_ino)
+        held = _Open(path, fd)
         self._open[shard] = held
         # A new file: another download (the offset table is read again, and checked again).
         self._heads.pop(shard, None)
@@ -139,7 +148,15 @@ class ArrivingShards:
     def _drop(self, shard: int) -> None:
         held = self._open.pop(shard, None)
         if held is not None:
-            os.close(held.fd)
+            if held.ident in self._served.get(shard, {}):
+                self._kept.setdefault(shard, []).append(held.fd)
+            else:
+                os.close(held.fd)
+
+    def _release(self, shard: int) -> None:
+        for fd in self._kept.pop(shard, []):
+            with contextlib.suppress(OSError):
+                os.close(fd)
 
     def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
         """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
@@ -187,51 +204,67 @@ class ArrivingShards:
             chunks.append(data)
         # The offset table these records were located with (read once for this file) is
         # checked with them: every batch served carries its span.
-        return small_shard(self._smap, shard, f"{held.path} (records of a shard still arriving)", wanted,
-                           begin, end, lo, hi, chunks, [self._head_span[shard]])
+        records = small_shard(self._smap, shard, f"{held.path} (records of a shard still arriving)", wanted,
+                              begin, end, lo, hi, chunks, [self._head_span[shard]])
+        records.source = held.ident
+        return records
 
-    def note(self, shard: int, spans: list[Span]) -> None:
-        """Spans of ``shard`` handed out early (from its arriving file or the remote), to check."""
-        self._served.setdefault(shard, set()).update(spans)
+    def note(self, shard: int, records: PeekedRecords) -> None:
+        """Records of ``shard`` handed out early (from its arriving file or the remote), to check."""
+        self._served.setdefault(shard, {}).setdefault(records.source, set()).update(records.spans)
 
     def verify(self, shard: int, path: str) -> None:
-        """Check the spans of ``shard`` served early against its installed file ``path``
-        (blocking: run it in a thread). Forgets them once checked.
+        """Check what was served of ``shard`` early against its installed file ``path``
+        (blocking: run it in a thread). Forgets it once checked.
+
+        Spans read from the very file that was renamed into place need no reading back: the
+        engine never rewrites a temporary's bytes (a transfer that starts again writes a new
+        file), so they are the installed bytes. Spans from any other file (an abandoned
+        transfer) or from the remote are hashed again from the installed file.
 
         Raises:
             ServedSamplesError: a span differs (or the file cannot be read back).
         """
-        spans = sorted(self._served.pop(shard, ()))
-        if not spans:
-            return
+        served = self._served.pop(shard, {})
         try:
-            fd = os.open(path, os.O_RDONLY)
-        except OSError as exc:
-            raise ServedSamplesError(
-                f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "
-                "those samples are unchecked: restart the epoch from its last state"
-            ) from exc
-        try:
-            for first, stop, digest in spans:
-                data = _pread(fd, first, stop - first)
-                if data is None or xxhash.xxh3_64_intdigest(data) != digest:
-                    raise ServedSamplesError(
-                        f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
-                        "served from while it arrived (the shard was downloaded again, or the remote changed); "
-                        "samples already handed out may be wrong: restart the epoch from its last state"
-                    )
+            if not served:
+                return
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as exc:
+                raise ServedSamplesError(
+                    f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "
+                    "those samples are unchecked: restart the epoch from its last state"
+                ) from exc
+            try:
+                st = os.fstat(fd)
+                installed = (st.st_dev, st.st_ino)
+                for first, stop, digest in sorted(set().union(*(v for k, v in served.items() if k != installed))):
+                    data = _pread(fd, first, stop - first)
+                    if data is None or xxhash.xxh3_64_intdigest(data) != digest:
+                        raise ServedSamplesError(
+                            f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
+                            "served from while it arrived (the shard was downloaded again, or the remote changed); "
+                            "samples already handed out may be wrong: restart the epoch from its last state"
+                        )
+            finally:
+                os.close(fd)
         finally:
-            os.close(fd)
+            self._release(shard)
 
     def forget(self, shard: int) -> None:
         """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
         self._served.pop(shard, None)
         self._drop(shard)
+        self._release(shard)
 
     def close(self) -> None:
+        self._served.clear()
         for shard in list(self._open):
             with contextlib.suppress(OSError):
                 self._drop(shard)
+        for shard in list(self._kept):
+            self._release(shard)
 
 
 def _pread(fd: int, offset: int, count: int) -> bytes | None:

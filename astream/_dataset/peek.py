@@ -78,6 +78,8 @@ class PeekedRecords:
         self._reader = reader
         self._offsets = offsets  # sorted, unique: entry i of the small shard is record offsets[i]
         self.spans = spans
+        # (st_dev, st_ino) of the cache's temporary the spans were read from; None: the remote.
+        self.source: tuple[int, int] | None = None
 
     def get_batch(self, offsets: Int64Array) -> dict[str, Any]:
         return self._reader.get_batch(np.searchsorted(self._offsets, offsets))

@@ -330,7 +330,7 @@ class EpochReader(AsyncResource):
         if arriving is None:
             return  # (no peek either: both need a remote and no validate_hash)
         for shard, got in records.items():
-            arriving.note(shard, got.spans)
+            arriving.note(shard, got)
             lease = pending[shard]
             if lease not in self._checks:
                 task = asyncio.get_running_loop().create_task(self._check(lease))
