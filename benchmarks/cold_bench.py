@@ -100,7 +100,9 @@ def build_datasets(root: Path, names: list[str], zstd_mb: int) -> None:
 
 
 def shard_files(root: Path, name: str) -> list[Path]:
-    return sorted(p for p in (root / "bucket" / name).iterdir() if p.name.startswith("shard."))
+    """The stored shard files (``warm`` runs leave decompressed copies beside zstd ones)."""
+    index = json.loads((root / "bucket" / name / "index.json").read_text())
+    return [root / "bucket" / name / (s.get("zip_data") or s["raw_data"])["basename"] for s in index["shards"]]
 
 
 def decompress_cpu(root: Path, name: str) -> float:

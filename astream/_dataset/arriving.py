@@ -58,6 +58,8 @@ Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
 # How often a reader waiting for more bytes of an arriving shard looks at its file.
 POLL_S = 0.004
+# Bytes of arrived records read at once (and kept for the batches after the one asking).
+_BLOCK = 8 << 20
 
 
 
@@ -96,6 +98,8 @@ class ArrivingShards:
         self._kept: dict[int, list[int]] = {}
         self._head_span: dict[int, Span] = {}
         self._off: set[int] = set()
+        # Per shard, the run of arrived records read last: (first record, end, records).
+        self._blocks: dict[int, tuple[int, int, PeekedRecords]] = {}
 
     @staticmethod
     def paths_of(smap: SampleMap, streams: Sequence[Any]) -> list[str | None] | None:
@@ -142,6 +146,7 @@ class ArrivingShards:
         self._open[shard] = held
         # A new file: another download (the offset table is read again, and checked again).
         self._heads.pop(shard, None)
+        self._blocks.pop(shard, None)
         self._head_span.pop(shard, None)
         return held
 
@@ -191,9 +196,21 @@ class ArrivingShards:
             self._heads[shard] = head
             self._head_span[shard] = (0, length, xxhash.xxh3_64_intdigest(raw))
         wanted = sorted_unique(offsets)
+        first_wanted, last_wanted = int(wanted[0]), int(wanted[-1])
+        block = self._blocks.get(shard)
+        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
+            return block[2]  # (read for an earlier batch with the records after it)
+        if int(head[last_wanted + 1]) > size:
+            return None
+        # Records arrived in full: [0, arrived). Read a run of them from the first one
+        # wanted, up to _BLOCK bytes, and keep it for the next batches: a batch costs a
+        # lookup, not a read and a small shard of its own (a sequential epoch reads on).
+        arrived = int(np.searchsorted(head, size, side="right")) - 1
+        upto = min(arrived, int(np.searchsorted(head, head[first_wanted] + _BLOCK, side="right")) - 1)
+        keep = upto > last_wanted
+        if keep:
+            wanted = np.arange(first_wanted, upto, dtype=np.int64)
         begin, end = head[wanted], head[wanted + 1]
-        if int(end[-1]) > size:
-            return None  # (records are read in order of their offsets: the last is the farthest)
         lo, hi = coalesce(begin, end)
         chunks: list[bytes] = []
         for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
@@ -207,6 +224,8 @@ class ArrivingShards:
         records = small_shard(self._smap, shard, f"{held.path} (records of a shard still arriving)", wanted,
                               begin, end, lo, hi, chunks, [self._head_span[shard]])
         records.source = held.ident
+        if keep:
+            self._blocks[shard] = (first_wanted, upto, records)
         return records
 
     def note(self, shard: int, records: PeekedRecords) -> None:
@@ -226,6 +245,7 @@ class ArrivingShards:
             ServedSamplesError: a span differs (or the file cannot be read back).
         """
         served = self._served.pop(shard, {})
+        self._blocks.pop(shard, None)
         try:
             if not served:
                 return
@@ -255,11 +275,13 @@ class ArrivingShards:
     def forget(self, shard: int) -> None:
         """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
         self._served.pop(shard, None)
+        self._blocks.pop(shard, None)
         self._drop(shard)
         self._release(shard)
 
     def close(self) -> None:
         self._served.clear()
+        self._blocks.clear()
         for shard in list(self._open):
             with contextlib.suppress(OSError):
                 self._drop(shard)
