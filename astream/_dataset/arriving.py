@@ -60,6 +60,8 @@ _U32 = np.dtype("<u4")
 POLL_S = 0.004
 # Bytes of arrived records read at once (and kept for the batches after the one asking).
 _BLOCK = 8 << 20
+# ... and at least this much (or an eighth of the shard, or its rest) before a batch is served early.
+_MIN_BLOCK = 1 << 20
 
 
 
@@ -207,6 +209,11 @@ class ArrivingShards:
         # lookup, not a read and a small shard of its own (a sequential epoch reads on).
         arrived = int(np.searchsorted(head, size, side="right")) - 1
         upto = min(arrived, int(np.searchsorted(head, head[first_wanted] + _BLOCK, side="right")) - 1)
+        floor = min(_MIN_BLOCK, int(head[-1]) // 8, int(head[-1] - head[first_wanted]))
+        if int(head[upto] - head[first_wanted]) < floor:
+            # Wait for a little more: building a small shard costs ~0.3 ms, so one per
+            # batch of small records would cost more than the wait it saves.
+            return None
         keep = upto > last_wanted
         if keep:
             wanted = np.arange(first_wanted, upto, dtype=np.int64)
