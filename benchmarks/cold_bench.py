@@ -153,6 +153,14 @@ def _iterate(items: Any, t0: float, first_only: bool, profile: bool) -> dict[str
     return out
 
 
+def _cpu() -> float:
+    """User + system CPU seconds of this process so far (its threads included)."""
+    import resource
+
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
 def worker_astream(remote: str | None, local: str, resume: int, profile: bool) -> dict[str, Any]:
     t0 = time.perf_counter()
     from astream import Loader, StreamingDataset
@@ -167,7 +175,7 @@ def worker_astream(remote: str | None, local: str, resume: int, profile: bool) -
     res = _iterate(loader, t0, bool(resume), profile)
     loader.close()
     ds.close()
-    return {"import_s": import_s, "built_s": built, **res}
+    return {"import_s": import_s, "built_s": built, "cpu_s": _cpu(), **res}
 
 
 def worker_mosaic(remote: str, local: str, resume: int, profile: bool) -> dict[str, Any]:
@@ -234,7 +242,8 @@ def worker_raw(url: str, local: str) -> dict[str, Any]:
     asyncio.run(main())
     total = time.perf_counter() - t0
     # (The transfer below includes the ranged read: a few percent of one shard.)
-    return {"import_s": import_s, "built_s": 0.0, "first_s": total, "total_s": total, "samples": 0, **out}
+    return {"import_s": import_s, "built_s": 0.0, "first_s": total, "total_s": total, "samples": 0,
+            "cpu_s": _cpu(), **out}
 
 
 # -- the driver --------------------------------------------------------------------------------
@@ -353,19 +362,19 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, str], list[dict[str, Any]]], root: Path, args: Any) -> None:
-    fields = ("total_s", "first_s", "import_s", "built_s", "rss_mb", "index_s", "ranged_s")
+    fields = ("total_s", "first_s", "import_s", "built_s", "rss_mb", "index_s", "ranged_s", "cpu_s")
     med = {k: {f: statistics.median(r[f] for r in rs) for f in fields if f in rs[0]} for k, rs in results.items() if rs}
     loads = [r["load"] for rs in results.values() for r in rs]
     print(f"\nmedians of {args.runs} fresh-process runs; batch size {BATCH}; {os.cpu_count()} CPUs; "
           f"load average {min(loads, default=0):.1f}-{max(loads, default=0):.1f} during the runs\n")
     print("| dataset | MB | mode | cold epoch s | first batch s | first batch s, imports excluded | import s "
-          "| constructed s | peak RSS MB |")
-    print("|---|---:|---|---:|---:|---:|---:|---:|---:|")
+          "| constructed s | CPU s (process) | peak RSS MB |")
+    print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|")
     for (name, mode), m in med.items():
         mb = sum(p.stat().st_size for p in shard_files(root, name)) / 1e6
         print(f"| {name} | {mb:.0f} | {mode} | {m['total_s']:.3f} | {m['first_s']:.3f} | {m['first_s'] - m['import_s']:.3f} "
               f"| {m['import_s']:.3f} "
-              f"| {m['built_s']:.3f} | {m['rss_mb']:.0f} |")
+              f"| {m['built_s']:.3f} | {m.get('cpu_s', float('nan')):.2f} | {m['rss_mb']:.0f} |")
     print("\nfloor = max(transfer, decompression CPU, warm iteration) + aiohttp import; first-batch floor = "
           "aiohttp import + index.json + one ranged read (raw aiohttp)\n")
     print("| dataset | transfer s | decompress s | warm iter s | aiohttp import s | floor s | astream / floor "

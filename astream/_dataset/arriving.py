@@ -50,6 +50,7 @@ from astream._arrays import sorted_unique
 from astream._cache.install import find_temporary
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, Span, check_head, coalesce, small_shard
+from astream._format.shard import ShardReader
 from astream.errors import ServedSamplesError, ShardFormatError
 
 __all__ = ["ArrivingShards"]
@@ -58,6 +59,8 @@ Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
 # How often a reader waiting for more bytes of an arriving shard looks at its file.
 POLL_S = 0.004
+# The digest of a span not hashed when served: the file it was read from is compared.
+_FROM_SOURCE = -1
 # Bytes of arrived records read at once (and kept for the batches after the one asking).
 _BLOCK = 8 << 20
 # ... and at least this much (or an eighth of the shard, or its rest) before a batch is served early.
@@ -215,8 +218,13 @@ class ArrivingShards:
             # batch of small records would cost more than the wait it saves.
             return None
         keep = upto > last_wanted
+        name = f"{held.path} (records of a shard still arriving)"
         if keep:
-            wanted = np.arange(first_wanted, upto, dtype=np.int64)
+            records = self._run_of(shard, held, head, first_wanted, upto, name)
+            if records is None:
+                return None
+            self._blocks[shard] = (first_wanted, upto, records)
+            return records
         begin, end = head[wanted], head[wanted + 1]
         lo, hi = coalesce(begin, end)
         chunks: list[bytes] = []
@@ -228,11 +236,30 @@ class ArrivingShards:
             chunks.append(data)
         # The offset table these records were located with (read once for this file) is
         # checked with them: every batch served carries its span.
-        records = small_shard(self._smap, shard, f"{held.path} (records of a shard still arriving)", wanted,
-                              begin, end, lo, hi, chunks, [self._head_span[shard]])
+        records = small_shard(self._smap, shard, name, wanted, begin, end, lo, hi, chunks, [self._head_span[shard]])
         records.source = held.ident
-        if keep:
-            self._blocks[shard] = (first_wanted, upto, records)
+        return records
+
+    def _run_of(self, shard: int, held: _Open, head: Int64Array, first: int, upto: int,
+                name: str) -> PeekedRecords | None:
+        """Records ``first:upto`` (back to back in the file) as a small shard, read straight
+        into its body: one copy, as a read through a memory map makes."""
+        n = upto - first
+        table = head[first : upto + 1] - head[first] + (4 + 4 * (n + 1))
+        body = bytearray(int(table[-1]))
+        struct.pack_into("<I", body, 0, n)
+        body[4 : int(table[0])] = table.astype(_U32).tobytes()
+        view = memoryview(body)[int(table[0]) :]
+        offset = int(head[first])
+        while view:
+            got = os.preadv(held.fd, [view], offset)
+            if got == 0:
+                return None  # (cannot happen: the file only grows)
+            view, offset = view[got:], offset + got
+        reader = ShardReader(body, self._smap.layouts[shard], name=name, shard=shard, expected_samples=n)
+        records = PeekedRecords(reader, np.arange(first, upto, dtype=np.int64),
+                                [self._head_span[shard], (int(head[first]), int(head[upto]), _FROM_SOURCE)])
+        records.source = held.ident
         return records
 
     def note(self, shard: int, records: PeekedRecords) -> None:
@@ -266,18 +293,44 @@ class ArrivingShards:
             try:
                 st = os.fstat(fd)
                 installed = (st.st_dev, st.st_ino)
-                for first, stop, digest in sorted(set().union(*(v for k, v in served.items() if k != installed))):
-                    data = _pread(fd, first, stop - first)
-                    if data is None or xxhash.xxh3_64_intdigest(data) != digest:
-                        raise ServedSamplesError(
-                            f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
-                            "served from while it arrived (the shard was downloaded again, or the remote changed); "
-                            "samples already handed out may be wrong: restart the epoch from its last state"
-                        )
+                sources = self._sources(shard)
+                for source, spans in served.items():
+                    if source == installed:
+                        continue
+                    for first, stop, digest in sorted(spans):
+                        data = _pread(fd, first, stop - first)
+                        if digest == _FROM_SOURCE:
+                            # Not hashed when served: the bytes of the (immutable, still open) file read.
+                            held = sources.get(source) if source is not None else None
+                            digest = -1 if held is None else xxhash.xxh3_64_intdigest(_pread(held, first, stop - first)
+                                                                                      or b"")
+                        if data is None or xxhash.xxh3_64_intdigest(data) != digest:
+                            self._fail(path, first, stop)
             finally:
                 os.close(fd)
         finally:
             self._release(shard)
+
+    def _sources(self, shard: int) -> dict[tuple[int, int], int]:
+        """The descriptors still open for ``shard``'s files, by (device, inode)."""
+        fds = list(self._kept.get(shard, []))
+        held = self._open.get(shard)
+        if held is not None:
+            fds.append(held.fd)
+        out: dict[tuple[int, int], int] = {}
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                st = os.fstat(fd)
+                out[(st.st_dev, st.st_ino)] = fd
+        return out
+
+    @staticmethod
+    def _fail(path: str, first: int, stop: int) -> None:
+        raise ServedSamplesError(
+            f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
+            "served from while it arrived (the shard was downloaded again, or the remote changed); "
+            "samples already handed out may be wrong: restart the epoch from its last state"
+        )
 
     def forget(self, shard: int) -> None:
         """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
