@@ -59,6 +59,8 @@ Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
 # How often a reader waiting for more bytes of an arriving shard looks at its file.
 POLL_S = 0.004
+# How long a reader waits for a shard to land before it reads its arriving file instead.
+GRACE_S = 0.03
 # The digest of a span not hashed when served: the file it was read from is compared.
 _FROM_SOURCE = -1
 # Bytes of arrived records read at once (and kept for the batches after the one asking).

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.arriving import POLL_S, ArrivingShards
+from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
 from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
@@ -118,6 +118,7 @@ class EpochReader(AsyncResource):
         # Per lease served from a shard still arriving: the check of those samples against
         # the installed file (its failure stops the iteration).
         self._checks: dict[int, asyncio.Task[None]] = {}
+        self._first_fetch = True
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
         self._reading_ahead = self._peek is not None
@@ -282,6 +283,14 @@ class EpochReader(AsyncResource):
             return {}
         shards, offsets = self._shard[a:b], self._offset[a:b]
         pending = self._pending_in(a, b)
+        first, self._first_fetch = self._first_fetch, False
+        if pending and peek is None and arriving is not None and not first:
+            # A shard about to land is read from the cache: serving from its arriving file
+            # pays only where the wait would be long (a slow link, a shard still decoding,
+            # the first batch of an iteration); for a wait of a few milliseconds the copies
+            # and the contention with the download cost more than they save.
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
+            pending = self._pending_in(a, b)
         if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:
             self._reading_ahead = False  # the download is flowing: no more ranged reads
             return early
