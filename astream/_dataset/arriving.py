@@ -64,7 +64,7 @@ GRACE_S = 0.03
 # The digest of a span not hashed when served: the file it was read from is compared.
 _FROM_SOURCE = -1
 # Bytes of arrived records read at once (and kept for the batches after the one asking).
-_BLOCK = 8 << 20
+_BLOCK = 2 << 20
 # ... and at least this much (or an eighth of the shard, or its rest) before a batch is served early.
 _MIN_BLOCK = 1 << 20
 
