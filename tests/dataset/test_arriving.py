@@ -167,3 +167,30 @@ def test_identical_bytes_pass_the_check(tmp_path: Path) -> None:
             ds.close()
     assert ids == list(range(N))
     assert np.array_equal(np.sort(ids), np.arange(N))
+
+
+def test_a_loader_worker_reads_a_shard_still_arriving(tmp_path: Path, gate: threading.Event) -> None:
+    """The worker process reads the file the node agent (another process) is writing."""
+    remote = tmp_path / "remote"
+    with MDSWriter(out=str(remote), columns={"id": "int64", "b": "bytes"}, size_limit="8mb") as writer:
+        for i in range(12_000):
+            writer.write({"id": i, "b": bytes([i % 251]) * 1000})
+    stored, raw, size, samples = _first_shard(remote)
+    cache = tmp_path / "cache"
+    with LoopbackServer(str(remote)) as server:
+        # 6 of 8 MB arrive (the agent's sink writes what arrived every MB), then the gate holds.
+        server.add(Fault("stall", match=stored, after=int(size * 0.75), ranged=False, gate=gate))
+        ds = StreamingDataset(remote=server.url, local=str(cache), batch_size=BATCH)
+        try:
+            it = iter(Loader(ds, batch_size=BATCH, num_workers=1))
+            ids: list[int] = []
+            while len(ids) < samples // 2:
+                batch = next(it)
+                ids += batch["id"].tolist()
+                assert list(batch["b"]) == [bytes([i % 251]) * 1000 for i in batch["id"].tolist()]
+            assert not (cache / raw).exists()
+            gate.set()
+            ids += [i for b in it for i in b["id"].tolist()]
+        finally:
+            ds.close()
+    assert ids == list(range(12_000))
