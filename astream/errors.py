@@ -20,6 +20,7 @@ builtin exception describes the same failure, the astream class inherits it too,
     │   └── UnsafeTypeError                 a pickle column without allow_unsafe_types=True
     ├── SampleError (ValueError)            a sample handed to MDSWriter does not fit its columns
     ├── HashMismatchError (ValueError)      a file's digest differs from index.json
+    │   └── ServedSamplesError              samples served while their shard arrived differ from its final file
     ├── StorageError (OSError)              a remote could not be read or written
     │   ├── DownloadError                   a download failed for good (after retries)
     │   │   ├── RemoteNotFoundError (FileNotFoundError)
@@ -68,6 +69,7 @@ __all__ = [
     "RemoteNotFoundError",
     "SampleError",
     "SampleIndexError",
+    "ServedSamplesError",
     "ShardFormatError",
     "SourceChangedError",
     "StateError",
@@ -139,6 +141,15 @@ class SampleError(AstreamError, ValueError):
 
 class HashMismatchError(AstreamError, ValueError):
     """A file's digest differs from the one recorded in index.json."""
+
+
+class ServedSamplesError(HashMismatchError):
+    """Samples read from a shard while it was still arriving differ from the file installed.
+
+    The shard was downloaded again (a failed check, a restarted transfer, a remote that
+    changed) after some of its samples had been handed out: those samples may be wrong, so
+    the epoch stops instead of going on with them.
+    """
 
 
 class StorageError(AstreamError, OSError):

@@ -62,6 +62,8 @@ class Fault:
         seconds: length of a delay or stall.
         ranged: hit only requests with a ``Range`` header (True), only those without
             (False), or both (None).
+        gate: a stall, reset or truncation waits after ``after`` bytes until this event is
+            set (a stall then goes on at once): the test decides when a body moves on.
     """
 
     kind: str
@@ -72,6 +74,7 @@ class Fault:
     after: int = 0
     seconds: float = 0.0
     ranged: bool | None = None
+    gate: threading.Event | None = None
 
 
 @dataclass(frozen=True)
@@ -263,12 +266,19 @@ class LoopbackServer:
                     data = data[: max(0, fault.after - sent)]
                     if data:
                         await resp.write(data)
+                    if fault.gate is not None:
+                        # (a threading.Event: the test sets it from its own thread)
+                        await asyncio.get_running_loop().run_in_executor(None, fault.gate.wait)
                     if fault.kind in ("reset", "truncate"):
                         assert request.transport is not None
                         # reset: RST right away; truncate: a clean FIN before Content-Length is reached
                         (request.transport.abort if fault.kind == "reset" else request.transport.close)()
                         return resp
-                    await asyncio.sleep(fault.seconds)
+                    if fault.gate is None:
+                        await asyncio.sleep(fault.seconds)
+                    # A stall goes on where it stopped (the rest of this chunk is read again).
+                    sent += len(data)
+                    fh.seek(start + sent)
                     fault = None
                     continue
                 if fault is not None and fault.kind == "corrupt":

@@ -124,7 +124,6 @@ class ShardEngine(Installation, AsyncResource):
         self._tasks: dict[int, asyncio.Task[None]] = {}
         self._cancelled: dict[int, asyncio.Task[None]] = {}  # transfers cancelled, maybe not yet done
         self._fetched_before: set[int] = set()  # shards this engine downloaded (re-downloads count)
-        self._first_done = False  # a transfer of this engine has succeeded
         self._change: asyncio.Event | None = None
         self._started = False
         self._closed = False

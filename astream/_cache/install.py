@@ -30,7 +30,7 @@ from astream._format.hashing import Hasher, new_hasher
 from astream._storage.sink import BufferedSink, datasync, fsync_dir
 from astream.errors import CacheError, CompressionError
 
-__all__ = ["CorruptFile", "ShardSink", "remove_stale_temporaries", "temp_name", "verify_files"]
+__all__ = ["CorruptFile", "ShardSink", "find_temporary", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 # zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
@@ -50,6 +50,30 @@ class CorruptFile(Exception):
 def temp_name(final: str) -> str:
     """A temporary path beside ``final`` that names this process."""
     return f"{final}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
+
+
+def find_temporary(final: str) -> str | None:
+    """The temporary file a live process is writing ``final`` to, or None.
+
+    Readers on the node use it to read a shard while it arrives (the file grows in order:
+    every byte below its size is written). A crashed writer's leftover is never chosen.
+    If several live writers exist (they should not: one download per shard per node), the
+    newest is taken.
+    """
+    folder, base = os.path.split(final)
+    best: tuple[float, str] | None = None
+    with contextlib.suppress(OSError), os.scandir(folder or ".") as it:
+        for entry in it:
+            name = entry.name
+            if not name.startswith(base) or len(name) == len(base) or name[len(base)] != ".":
+                continue
+            match = _TEMP.fullmatch(name[len(base):])
+            if match and pid_alive(int(match.group(1))):
+                with contextlib.suppress(OSError):
+                    stamp = entry.stat().st_mtime
+                    if best is None or stamp > best[0]:
+                        best = (stamp, entry.path)
+    return None if best is None else best[1]
 
 
 def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
@@ -217,11 +241,14 @@ class ShardSink(BufferedSink):
             raise
 
     def _reset(self) -> None:
-        raw, zipped = self._files()
-        for fh in (raw, zipped):
-            if fh is not None:
-                fh.seek(0)
-                fh.truncate()
+        # New files, never the old ones rewritten: a temporary's bytes, once written, never
+        # change, so a reader that read them from the file that becomes the final one read
+        # the final bytes (astream._dataset.arriving relies on it).
+        self._close_files()
+        self._remove_files()
+        self.raw_tmp = temp_name(self.raw_path)
+        self.zip_tmp = temp_name(self.zip_path) if self.zip_path else None
+        self._files()
         self._fresh()
 
     def _close_files(self) -> None:

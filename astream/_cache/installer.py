@@ -53,7 +53,6 @@ class Installation:
     _fsync: bool
     _slots: Slots
     _aimd: Aimd
-    _first_done: bool
     _fetched_before: set[int]
     _storage: Storage | None
     _pool: StoragePool | None
@@ -192,10 +191,10 @@ class Installation:
             self.stats.decode_s += sink.busy_s
 
         try:
-            # The very first shard (slow start at one transfer) keeps its slot until it is
-            # in place: its last bytes are decoded without the next transfers competing
-            # for the cores, so the consumer can start sooner.
-            alone = not self._first_done and self._slots.limit == 1
+            # The slot goes as soon as the bytes are in: the end of the decoding, the
+            # durability marker and the rename are not the link's business, and readers
+            # do not wait for them (they read the file as it arrives, see
+            # astream._dataset.arriving), so the next transfer starts at once.
             async with self._slots.hold(priority):
                 self._wake()
                 began = time.perf_counter()
@@ -204,13 +203,9 @@ class Installation:
                 else:
                     await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
                 self.stats.download_s += time.perf_counter() - began
-                if alone:
-                    await complete()
-            self._first_done = True
             self._slots.limit = self.stats.concurrency = self._aimd.on_success()
             self._slots.wake()
-            if not alone:
-                await complete()
+            await complete()
         except BaseException:
             sink.abort()
             raise

@@ -66,7 +66,7 @@ def enable_otel(meter_provider: Any = None) -> list[Any]:
         ConfigError: opentelemetry-api is not installed.
     """
     try:
-        from opentelemetry import metrics as api
+        import opentelemetry.metrics as api
     except ImportError as exc:
         raise ConfigError("the OpenTelemetry exporter needs opentelemetry-api: pip install 'astream[otel]'") from exc
     meter = (meter_provider or api.get_meter_provider()).get_meter("astream")

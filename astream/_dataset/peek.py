@@ -37,6 +37,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
@@ -48,7 +49,7 @@ from astream._storage.registry import StoragePool, configure, join_url, scheme_o
 from astream._storage.retry import RetryPolicy
 from astream.errors import AstreamError, ShardFormatError
 
-__all__ = ["PeekedRecords", "RemotePeek"]
+__all__ = ["PeekedRecords", "RemotePeek", "Span", "check_head", "coalesce", "small_shard"]
 
 log = logging.getLogger("astream.peek")
 
@@ -64,12 +65,24 @@ _SLACK = 64 << 10
 _U32 = np.dtype("<u4")
 
 
-class PeekedRecords:
-    """Some records of one shard, addressed by their index in the shard."""
+# A span of a shard's bytes read ahead of its download: (first byte, end, xxh3-64 of them).
+Span = tuple[int, int, int]
 
-    def __init__(self, reader: ShardReader, offsets: Int64Array) -> None:
+
+class PeekedRecords:
+    """Some records of one shard, addressed by their index in the shard.
+
+    ``spans`` are the shard's byte ranges they were decoded from, with digests: what the
+    reader checks against the installed file once the shard arrives
+    (:meth:`astream._dataset.arriving.ArrivingShards.verify`).
+    """
+
+    def __init__(self, reader: ShardReader, offsets: Int64Array, spans: list[Span]) -> None:
         self._reader = reader
         self._offsets = offsets  # sorted, unique: entry i of the small shard is record offsets[i]
+        self.spans = spans
+        # (st_dev, st_ino) of the cache's temporary the spans were read from; None: the remote.
+        self.source: tuple[int, int] | None = None
 
     def get_batch(self, offsets: Int64Array) -> dict[str, Any]:
         return self._reader.get_batch(np.searchsorted(self._offsets, offsets))
@@ -186,8 +199,11 @@ class RemotePeek:
         wanted = sorted_unique(offsets)
         head = self._heads.get(shard)
         prefix = b""
+        header: list[Span] = []
         if head is None:
             head, prefix = await self._head(shard, url, info.samples, info.raw_data.bytes, int(wanted[-1]))
+            length = 4 + 4 * (info.samples + 1)
+            header.append((0, length, xxhash.xxh3_64_intdigest(prefix[:length])))
         begin, end = head[wanted], head[wanted + 1]
         spent = self._spent.get(shard, 0)
         if spent and spent + int((end - begin).sum()) > info.raw_data.bytes * _BUDGET:
@@ -195,9 +211,7 @@ class RemotePeek:
             return None
         # Ranges of records no more than _COALESCE apart, one request each; none for those
         # that came with the offset table.
-        split = np.flatnonzero(begin[1:] - end[:-1] > _COALESCE) + 1
-        lo = np.r_[0, split]
-        hi = np.r_[split, len(wanted)]
+        lo, hi = coalesce(begin, end)
         storage = self._storage(url, shard)
         fetched = [len(prefix)]
 
@@ -211,25 +225,8 @@ class RemotePeek:
 
         chunks = await asyncio.gather(*(read(int(a), int(b)) for a, b in zip(lo, hi, strict=True)))
         self._spent[shard] = self._spent.get(shard, 0) + sum(fetched)
-        # A shard of just these records: header, offsets, the records back to back.
-        n = len(wanted)
-        sizes = end - begin
-        table = np.empty(n + 1, np.int64)
-        table[0] = 4 + 4 * (n + 1)
-        np.cumsum(sizes, out=table[1:])
-        table[1:] += table[0]
-        body = bytearray(int(table[-1]))
-        struct.pack_into("<I", body, 0, n)
-        body[4 : table[0]] = table.astype(_U32).tobytes()
-        for (a, b), chunk in zip(zip(lo, hi, strict=True), chunks, strict=True):
-            base = int(begin[a])
-            for i in range(int(a), int(b)):
-                body[table[i] : table[i + 1]] = chunk[int(begin[i]) - base : int(end[i]) - base]
-        layout = self._smap.layouts[shard]
-        assert isinstance(layout, RecordLayout)  # sources_of offers MDS shards only
-        reader = ShardReader(body, layout, name=f"{url} (records read ahead of the download)", shard=shard,
-                             expected_samples=n)
-        return PeekedRecords(reader, wanted)
+        return small_shard(self._smap, shard, f"{url} (records read ahead of the download)", wanted, begin, end,
+                           lo, hi, chunks, header)
 
     async def _head(self, shard: int, url: str, samples: int, size: int, last: int) -> tuple[Int64Array, bytes]:
         """The shard's offset table, checked against index.json, and the bytes read with it.
@@ -248,9 +245,7 @@ class RemotePeek:
         raw = await self._storage(url, shard).read_range(url, 0, stop)
         (n,) = struct.unpack_from("<I", raw, 0)
         head = np.frombuffer(raw, _U32, samples + 1, 4).astype(np.int64)
-        # (MosaicML puts the columns' JSON between the offset table and the first record.)
-        if n != samples or head[0] < length or head[-1] != size or (np.diff(head) < 0).any():
-            raise ShardFormatError(f"{url}: its header disagrees with index.json")
+        check_head(head, n, samples, size, url)
         self._heads[shard] = head
         return head, raw
 
@@ -267,6 +262,48 @@ class RemotePeek:
         pool, self._pool = self._pool, None
         if pool is not None:
             await pool.aclose()
+
+
+def coalesce(begin: Int64Array, end: Int64Array) -> tuple[Int64Array, Int64Array]:
+    """Groups ``lo[k]:hi[k]`` of sorted records (byte ranges ``begin:end``) no more than
+    ``_COALESCE`` apart: each group is read with one request (or one ``pread``)."""
+    split = np.flatnonzero(begin[1:] - end[:-1] > _COALESCE) + 1
+    return np.r_[0, split].astype(np.int64), np.r_[split, len(begin)].astype(np.int64)
+
+
+def small_shard(
+    smap: SampleMap, shard: int, name: str, wanted: Int64Array, begin: Int64Array, end: Int64Array,
+    lo: Int64Array, hi: Int64Array, chunks: Sequence[bytes], spans: list[Span],
+) -> PeekedRecords:
+    """Records ``wanted`` of global shard ``shard`` (bytes ``begin:end`` each, read in groups
+    ``lo:hi`` as ``chunks``) as a small shard of their own, checked by the format layer.
+    ``spans`` (the offset table's, if it was read for them) gain each chunk's."""
+    n = len(wanted)
+    sizes = end - begin
+    table = np.empty(n + 1, np.int64)
+    table[0] = 4 + 4 * (n + 1)
+    np.cumsum(sizes, out=table[1:])
+    table[1:] += table[0]
+    body = bytearray(int(table[-1]))
+    struct.pack_into("<I", body, 0, n)
+    body[4 : table[0]] = table.astype(_U32).tobytes()
+    for (a, b), chunk in zip(zip(lo, hi, strict=True), chunks, strict=True):
+        base = int(begin[a])
+        for i in range(int(a), int(b)):
+            body[table[i] : table[i + 1]] = chunk[int(begin[i]) - base : int(end[i]) - base]
+        spans.append((base, int(end[b - 1]), xxhash.xxh3_64_intdigest(chunk)))
+    layout = smap.layouts[shard]
+    assert isinstance(layout, RecordLayout)  # sources_of offers MDS shards only
+    reader = ShardReader(body, layout, name=name, shard=shard, expected_samples=n)
+    return PeekedRecords(reader, wanted, spans)
+
+
+def check_head(head: Int64Array, n: int, samples: int, size: int, name: str) -> None:
+    """The offset table of a shard (``n`` as its header says) against index.json."""
+    length = 4 + 4 * (samples + 1)
+    # (MosaicML puts the columns' JSON between the offset table and the first record.)
+    if n != samples or head[0] < length or head[-1] != size or (np.diff(head) < 0).any():
+        raise ShardFormatError(f"{name}: its header disagrees with index.json")
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

@@ -7,8 +7,11 @@ for the stretch where it is read, not once per sample. A prefetch task asks the 
 agent for leases in order of their start as the consumer approaches them (at most
 ``max_concurrency`` requests in flight); the consumer waits only for the leases its
 next batch needs, and releases each lease as soon as the sequence has passed its end.
-Until the first batch can come from the cache, a batch may instead be read from the
-remote by byte range (:mod:`astream._dataset.peek`), whichever comes first.
+A batch whose shard is still arriving is read from the file being written once its
+records are there (:mod:`astream._dataset.arriving`), and checked against the installed
+file when the shard's lease resolves. Until the first batch can come from the cache, a
+batch may also be read from the remote by byte range (:mod:`astream._dataset.peek`),
+whichever comes first.
 
 With a bounded cache (``bounded=True``) a reader pins only what its current batch reads
 (a lease is one run of a shard, requested once the batch it starts in is next), so the
@@ -23,6 +26,7 @@ the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
 from __future__ import annotations
 
 import asyncio
+import functools
 import heapq
 import itertools
 import os
@@ -34,6 +38,7 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
+from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
 from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
@@ -74,6 +79,8 @@ class EpochReader(AsyncResource):
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
         peek: reads the records of shards still downloading from the remote (None: wait).
+        arriving: reads the records of shards still downloading from the cache's file
+            being written (None: wait for the shard).
         steps: what each sample goes through when it must be read one by one (a
             transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.samples`).
         batch_transform: applied to each batch once collated.
@@ -93,6 +100,7 @@ class EpochReader(AsyncResource):
         max_concurrency: int,
         shards: OpenShards,
         peek: RemotePeek | None = None,
+        arriving: ArrivingShards | None = None,
         steps: SampleSteps | None = None,
         batch_transform: Callable[[Any], Any] | None = None,
         bounded: bool = False,
@@ -107,6 +115,11 @@ class EpochReader(AsyncResource):
         # Bounded: no reading ahead by range, whose batches pass leases still in flight
         # (their pins would outlive the batch).
         self._peek = None if bounded else peek
+        self._arriving = None if bounded else arriving
+        # Per lease served from a shard still arriving: the check of those samples against
+        # the installed file (its failure stops the iteration).
+        self._checks: dict[int, asyncio.Task[None]] = {}
+        self._first_fetch = True
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
         self._reading_ahead = self._peek is not None
@@ -163,7 +176,7 @@ class EpochReader(AsyncResource):
 
     async def aclose(self) -> None:
         task, self._prefetch = self._prefetch, None
-        pending = [t for t in (task, *self._requests) if t is not None]
+        pending = [t for t in (task, *self._requests, *self._checks.values()) if t is not None]
         try:
             for t in pending:
                 t.cancel()
@@ -176,7 +189,9 @@ class EpochReader(AsyncResource):
                 self._node.report_done(self._name)
             if self._peek is not None:
                 await self._peek.aclose()
-        finally:  # also when this close is cancelled itself (a loop shutting down)
+        finally:
+            if self._arriving is not None:
+                self._arriving.close()  # also when this close is cancelled itself (a loop shutting down)
             for fut in self._ready:
                 if not fut.done():
                     fut.cancel()
@@ -258,25 +273,118 @@ class EpochReader(AsyncResource):
 
     async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
         """Make positions ``a:b`` readable: wait for their leases, or read the records of
-        shards still downloading from the remote (:mod:`astream._dataset.peek`), whichever
-        is first. Returns the records read ahead, by shard (empty: all from the cache)."""
-        peek = self._peek
-        if peek is None or not self._reading_ahead:
+        shards still downloading from their arriving file (:mod:`astream._dataset.arriving`)
+        or the remote (:mod:`astream._dataset.peek`), whichever is first. Returns the
+        records read early, by shard (empty: all from the cache)."""
+        self._raise_failed_checks()
+        peek = self._peek if self._reading_ahead else None
+        arriving = self._arriving
+        if peek is None and arriving is None:
             await self._ready_until(b)
             return {}
-        pending = self._pending(a, b)
-        shards = self._shard[a:b]
-        if pending:
-            present = set(shards.tolist())
-            pending = {shard: lease for shard, lease in pending.items() if shard in present}
-        peeked = None
-        if pending:
-            peeked = await peek.race(shards, self._offset[a:b], {s: self._ready[lease] for s, lease in pending.items()})
-        if peeked is not None:
-            return peeked
+        shards, offsets = self._shard[a:b], self._offset[a:b]
+        pending = self._pending_in(a, b)
+        first, self._first_fetch = self._first_fetch, False
+        if pending and peek is None and arriving is not None and not first:
+            # A shard about to land is read from the cache: serving from its arriving file
+            # pays only where the wait would be long (a slow link, a shard still decoding,
+            # the first batch of an iteration); for a wait of a few milliseconds the copies
+            # and the contention with the download cost more than they save.
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
+            pending = self._pending_in(a, b)
+        if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:
+            self._reading_ahead = False  # the download is flowing: no more ranged reads
+            return early
+        if pending and peek is not None:
+            peeked = await peek.race(shards, offsets, {s: self._ready[lease] for s, lease in pending.items()})
+            if peeked is not None:
+                self._served_early(pending, peeked)
+                return peeked
         self._reading_ahead = False  # from the cache (or the download was first): no more ranged reads
+        while pending and arriving is not None:
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=POLL_S)
+            pending = self._pending_in(a, b)
+            if pending and (early := self._early(pending, shards, offsets)) is not None:
+                return early
         await self._ready_until(b)
         return {}
+
+    def _pending_in(self, a: int, b: int) -> dict[int, int]:
+        """The pending leases (by shard) of shards that positions ``a:b`` read."""
+        pending = self._pending(a, b)
+        if pending:
+            present = set(self._shard[a:b].tolist())
+            pending = {shard: lease for shard, lease in pending.items() if shard in present}
+        return pending
+
+    def _early(self, pending: dict[int, int], shards: Int64Array, offsets: Int64Array) -> dict[int, PeekedRecords] | None:
+        """The records of every pending shard from its arriving file, or None if one lacks them."""
+        arriving = self._arriving
+        assert arriving is not None
+        # Only leases this reader asked for: its pin keeps the download going until the
+        # lease resolves, and the lease's outcome is what the samples are checked against.
+        if not all(lease < self._issued and arriving.applies(shard) for shard, lease in pending.items()):
+            return None
+        out: dict[int, PeekedRecords] = {}
+        for shard in pending:
+            records = arriving.records(shard, offsets[shards == shard])
+            if records is None:
+                return None
+            out[shard] = records
+        self._served_early(pending, out)
+        return out
+
+    def _served_early(self, pending: dict[int, int], records: dict[int, PeekedRecords]) -> None:
+        """Note what is handed out before its shard is installed, and check it once it is."""
+        arriving = self._arriving
+        if arriving is None:
+            return  # (no peek either: both need a remote and no validate_hash)
+        for shard, got in records.items():
+            arriving.note(shard, got)
+            lease = pending[shard]
+            if lease not in self._checks:
+                task = asyncio.get_running_loop().create_task(self._check(lease))
+                self._checks[lease] = task
+                task.add_done_callback(functools.partial(self._check_done, lease))
+
+    async def _check(self, lease: int) -> None:
+        """Once ``lease`` resolves, check what was served of its shard early against the file."""
+        arriving = self._arriving
+        assert arriving is not None
+        shard = int(self._lease_shard[lease])
+        future = self._ready[lease]
+        await asyncio.wait([future])  # (not cancelling the lease if this check is cancelled)
+        try:
+            path = future.result()  # a download that failed for good raises its error here
+            if not path:
+                # Passed before this reader asked for it (all of it was served early): the
+                # shard is still needed, to check what was served.
+                key = self._key(lease)
+                path = await self._node.ensure(key, pin=True)
+                try:
+                    await asyncio.to_thread(arriving.verify, shard, path)
+                finally:
+                    await self._node.unpin(key)
+                return
+        except BaseException:
+            arriving.forget(shard)
+            raise
+        await asyncio.to_thread(arriving.verify, shard, path)
+
+    def _check_done(self, lease: int, task: asyncio.Task[None]) -> None:
+        if not task.cancelled() and task.exception() is None:
+            # Passed: forgotten, so each batch looks only at the checks still open or failed.
+            self._checks.pop(lease, None)
+
+    def _raise_failed_checks(self) -> None:
+        for task in self._checks.values():
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                raise task.exception()  # type: ignore[misc]
+
+    async def _settle_checks(self) -> None:
+        """Before an iteration ends: every sample served early is checked."""
+        if self._checks:
+            await asyncio.gather(*self._checks.values())
 
     async def _advance(self, position: int) -> None:
         """The consumer finished everything before ``position``: release passed leases."""
@@ -368,6 +476,7 @@ class EpochReader(AsyncResource):
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
             yield batch
+        await self._settle_checks()
 
     async def chunks(self, chunk: int = CHUNK) -> AsyncIterator[list[dict[str, Any]]]:
         """Yield the sequence as lists of up to ``chunk`` samples (for the sync bridge)."""
@@ -386,6 +495,7 @@ class EpochReader(AsyncResource):
             await self._advance(b)
             yield out
             a, size = b, min(chunk, size * 2)
+        await self._settle_checks()
 
     async def samples(self, chunk: int = CHUNK) -> AsyncIterator[dict[str, Any]]:
         """Yield the sequence one sample at a time."""
@@ -400,3 +510,4 @@ class EpochReader(AsyncResource):
                 yield sample
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
+        await self._settle_checks()

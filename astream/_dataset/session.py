@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from astream._coord.client import AsyncNodeClient
+from astream._dataset.arriving import ArrivingShards
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
@@ -58,6 +59,7 @@ class NodeSession:
         )
         self.shards = OpenShards(smap)
         self._peek_sources: list[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
+        self._arriving_paths: list[str | None] | bool | None = False
         self._plans: OrderedDict[Hashable, EpochPlan] = OrderedDict()
         self._plans_lock = threading.Lock()
 
@@ -113,13 +115,20 @@ class NodeSession:
             return None
         return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
 
+    def arriving(self) -> ArrivingShards | None:
+        """Reads of shards still arriving in the cache, for one reader (see :mod:`astream._dataset.arriving`)."""
+        if self._arriving_paths is False:
+            self._arriving_paths = ArrivingShards.paths_of(self._smap, list(self._config.streams))
+        paths = self._arriving_paths
+        return ArrivingShards(self._smap, paths) if isinstance(paths, list) else None
+
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,
         batch_transform: Callable[[Any], Any] | None = None, window: int = 1,
     ) -> EpochReader:
         """A reader of ``order`` through this process's open shards (use ``async with``)."""
         return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
-                           peek=self.remote_peek(), steps=steps, batch_transform=batch_transform,
+                           peek=self.remote_peek(), arriving=self.arriving(), steps=steps, batch_transform=batch_transform,
                            bounded=self._config.cache_limit is not None, window=window)
 
     async def read_sample(self, index: int) -> dict[str, Any]:

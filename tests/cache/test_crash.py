@@ -70,3 +70,64 @@ def test_sigkill_mid_download_then_a_clean_run(dataset: tuple[Path, Index], tmp_
         run(rerun())
     assert temporaries(local) == []
     assert tree(local) == ["index.json", *(f"shard.{i:05d}.mds" for i in range(4))]
+
+
+READER = textwrap.dedent(
+    """
+    import sys, time
+    import astream._storage.sink as sink
+    from astream import Loader, StreamingDataset
+
+    sink.FLUSH_BYTES = 4096  # what arrives reaches the cache's file at once
+    url, local, want = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    ds = StreamingDataset(remote=url, local=local, batch_size=16)
+    ids = []
+    for batch in Loader(ds, batch_size=16):
+        ids += batch["id"].tolist()
+        if len(ids) >= want:
+            break
+    print(ids == list(range(len(ids))), flush=True)
+    time.sleep(60)  # killed here, its shard still arriving
+    """
+)
+
+
+def test_sigkill_while_serving_an_arriving_shard_leaves_nothing_trusted(tmp_path: Path) -> None:
+    import threading
+
+    from astream import Loader, MDSWriter, StreamingDataset
+
+    root = tmp_path / "remote"
+    with MDSWriter(out=str(root), columns={"id": "int64", "b": "bytes"}, size_limit="256kb") as writer:
+        for i in range(2000):
+            writer.write({"id": i, "b": bytes([i % 251]) * 200})
+    local = tmp_path / "cache"
+    size = (root / "shard.00000.mds").stat().st_size
+    gate = threading.Event()
+    try:
+        with LoopbackServer(str(root)) as server:
+            server.add(Fault("stall", match="shard.00000.mds", after=int(size * 0.6), ranged=False, gate=gate))
+            child = subprocess.Popen([sys.executable, "-c", READER, server.url, str(local), "400"],
+                                     stdout=subprocess.PIPE, text=True)
+            try:
+                assert child.stdout is not None
+                assert child.stdout.readline().strip() == "True"  # served, right, while the shard arrived
+                assert "shard.00000.mds" not in tree(local)
+                assert any("shard.00000.mds" in t for t in temporaries(local))
+            finally:
+                os.kill(child.pid, signal.SIGKILL)
+                child.wait()
+                if child.stdout is not None:
+                    child.stdout.close()
+            gate.set()
+            server.clear()
+            ds = StreamingDataset(remote=server.url, local=str(local), batch_size=16)
+            try:
+                ids = [i for batch in Loader(ds, batch_size=16) for i in batch["id"].tolist()]
+            finally:
+                ds.close()
+    finally:
+        gate.set()
+    assert ids == list(range(2000))
+    assert temporaries(local) == []
+    assert (local / "shard.00000.mds").read_bytes() == (root / "shard.00000.mds").read_bytes()

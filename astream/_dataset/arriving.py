@@ -1,0 +1,372 @@
+"""Records of a shard read from the cache's file while the shard is still arriving.
+
+The engine writes a shard's raw bytes in order (as the body streams in, or as the
+decompressor produces them) to a temporary file beside the final name, and renames it
+only once it is complete and checked (:mod:`astream._cache.install`). A reader whose
+next batch lies in such a shard does not have to wait for the rename: every byte below
+the temporary file's size is written, so once the offset table and the records a batch
+needs are there, they are read with ``pread`` and decoded as a small shard of their own
+(:func:`~astream._dataset.peek.small_shard`: the format layer's checks apply). Nothing
+here ever writes, renames or trusts a file: what a later run finds in the cache is still
+only what the engine renamed into place.
+
+How it stays exact: the bytes handed out may come from a download that later fails its
+checks (a size or decompression error), is started again from byte 0, or is replaced by
+a second download, or from the remote by a ranged read (:mod:`astream._dataset.peek`).
+So every span served (the offset table, and each run of records) is remembered with its
+xxh3 digest and the file it came from, and when the shard's lease resolves it is checked
+against the installed file, the one every check accepted (:meth:`ArrivingShards.verify`):
+
+- spans read from the very file that was renamed into place (same device and inode) are
+  the installed bytes by construction: the engine only appends to a temporary and never
+  rewrites it (a transfer that starts again writes a new file), and the descriptor stays
+  open until the check, so the inode cannot have been reused;
+- any other span (an abandoned transfer's file, the remote) is hashed again from the
+  installed file; a difference raises :class:`~astream.errors.ServedSamplesError` and
+  the epoch stops. A download that fails for good raises its own error there.
+
+The reader waits for these checks before an iteration ends, so an epoch never finishes
+with an unchecked sample.
+
+Where it does not apply (the reader waits for the shard, as before): streams with
+``validate_hash`` (a sample must not be handed out before its file's digest is checked),
+local datasets (nothing arrives), and readers of a bounded cache (they pin one batch at
+a time; see :mod:`astream._dataset.reader`).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import struct
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+import xxhash
+
+from astream._arrays import sorted_unique
+from astream._cache.install import find_temporary
+from astream._dataset.layout import SampleMap
+from astream._dataset.peek import PeekedRecords, Span, check_head, coalesce, small_shard
+from astream._format.record import RecordLayout
+from astream._format.shard import ShardReader
+from astream.errors import ServedSamplesError, ShardFormatError
+
+__all__ = ["ArrivingShards"]
+
+Int64Array = npt.NDArray[np.int64]
+_U32 = np.dtype("<u4")
+# How often a reader waiting for more bytes of an arriving shard looks at its file.
+POLL_S = 0.004
+# How long a reader waits for a shard to land before it reads its arriving file instead.
+GRACE_S = 0.03
+# The digest of a span not hashed when served: the file it was read from is compared.
+_FROM_SOURCE = -1
+# Bytes of arrived records read at once (and kept for the batches after the one asking).
+_BLOCK = 2 << 20
+# ... and at least this much (or an eighth of the shard, or its rest) before a batch is served early.
+_MIN_BLOCK = 1 << 20
+
+
+
+class _Open:
+    """One temporary file being read: its descriptor and identity."""
+
+    __slots__ = ("fd", "ident", "path")
+
+    def __init__(self, path: str, fd: int) -> None:
+        st = os.fstat(fd)
+        self.path = path
+        self.fd = fd
+        self.ident = (st.st_dev, st.st_ino)
+
+
+class ArrivingShards:
+    """Reads records of shards that are still being written into this node's cache.
+
+    Lives with one reader on one event loop; :meth:`close` releases its descriptors.
+
+    Args:
+        smap: where every global shard's records live and how they decode.
+        paths: per global shard, the cache path of its raw (decompressed) file where
+            reading it early applies, else None (see :meth:`paths_of`).
+    """
+
+    def __init__(self, smap: SampleMap, paths: Sequence[str | None]) -> None:
+        self._smap = smap
+        self._paths = list(paths)
+        self._open: dict[int, _Open] = {}
+        self._heads: dict[int, Int64Array] = {}
+        # Per shard, the spans served early, by the file they came from (None: the remote).
+        self._served: dict[int, dict[tuple[int, int] | None, set[Span]]] = {}
+        # Descriptors of files served from, kept open until their shard is checked: an open
+        # file's inode number is not given to another file meanwhile.
+        self._kept: dict[int, list[int]] = {}
+        self._head_span: dict[int, Span] = {}
+        self._off: set[int] = set()
+        # Per shard, the run of arrived records read last: (first record, end, records).
+        self._blocks: dict[int, tuple[int, int, PeekedRecords]] = {}
+
+    @staticmethod
+    def paths_of(smap: SampleMap, streams: Sequence[Any]) -> list[str | None] | None:
+        """Per global shard, its raw file's cache path where early reads apply (else None),
+        or None when no shard of the dataset can be read early.
+
+        Args:
+            streams: the dataset's resolved streams (``remote``, ``split``, ``validate_hash``,
+                ``local_dir``).
+        """
+        out: list[str | None] = []
+        for s, index in zip(streams, smap.indexes, strict=True):
+            usable = s.remote is not None and not s.validate_hash
+            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
+            for info in index.shards:
+                # MDS shards only: a text shard's records are located through its meta file,
+                # and Parquet row groups and tars are not record files at all.
+                mds = isinstance(smap.layouts[len(out)], RecordLayout)
+                out.append(os.path.join(folder, info.raw_data.basename) if usable and mds else None)
+        return out if any(p is not None for p in out) else None
+
+    def applies(self, shard: int) -> bool:
+        return self._paths[shard] is not None
+
+    def _file(self, shard: int) -> _Open | None:
+        """The temporary file of ``shard`` now (None: not being written, or renamed already)."""
+        final = self._paths[shard]
+        if final is None:
+            return None
+        held = self._open.get(shard)
+        if held is not None:
+            try:
+                st = os.stat(held.path)
+                same = (st.st_dev, st.st_ino) == held.ident
+            except FileNotFoundError:
+                same = False  # renamed into place (the lease is a moment away) or given up
+            if same:
+                return held
+            self._drop(shard)
+        path = find_temporary(final)
+        if path is None:
+            return None
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return None
+        held = _Open(path, fd)
+        self._open[shard] = held
+        # A new file: another download (the offset table is read again, and checked again).
+        self._heads.pop(shard, None)
+        self._blocks.pop(shard, None)
+        self._head_span.pop(shard, None)
+        return held
+
+    def _drop(self, shard: int) -> None:
+        held = self._open.pop(shard, None)
+        if held is not None:
+            if held.ident in self._served.get(shard, {}):
+                self._kept.setdefault(shard, []).append(held.fd)
+            else:
+                os.close(held.fd)
+
+    def _release(self, shard: int) -> None:
+        for fd in self._kept.pop(shard, []):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+
+    def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
+        if shard in self._off:
+            return None
+        try:
+            return self._records(shard, offsets)
+        except (OSError, ShardFormatError):
+            # Unreadable, or a header that disagrees with index.json: wait for the download
+            # (the shard's own checks then report what is wrong).
+            self._off.add(shard)
+            self._drop(shard)
+            return None
+
+    def _records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        held = self._file(shard)
+        if held is None:
+            return None
+        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+        size = os.fstat(held.fd).st_size
+        head = self._heads.get(shard)
+        if head is None:
+            length = 4 + 4 * (info.samples + 1)
+            if size < length:
+                return None
+            raw = _pread(held.fd, 0, length)
+            if raw is None:
+                return None
+            (n,) = struct.unpack_from("<I", raw, 0)
+            head = np.frombuffer(raw, _U32, info.samples + 1, 4).astype(np.int64)
+            check_head(head, n, info.samples, info.raw_data.bytes, f"{held.path} (arriving)")
+            self._heads[shard] = head
+            self._head_span[shard] = (0, length, xxhash.xxh3_64_intdigest(raw))
+        wanted = sorted_unique(offsets)
+        first_wanted, last_wanted = int(wanted[0]), int(wanted[-1])
+        block = self._blocks.get(shard)
+        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
+            return block[2]  # (read for an earlier batch with the records after it)
+        if int(head[last_wanted + 1]) > size:
+            return None
+        # Records arrived in full: [0, arrived). Read a run of them from the first one
+        # wanted, up to _BLOCK bytes, and keep it for the next batches: a batch costs a
+        # lookup, not a read and a small shard of its own (a sequential epoch reads on).
+        arrived = int(np.searchsorted(head, size, side="right")) - 1
+        upto = min(arrived, int(np.searchsorted(head, head[first_wanted] + _BLOCK, side="right")) - 1)
+        floor = min(_MIN_BLOCK, int(head[-1]) // 8, int(head[-1] - head[first_wanted]))
+        if int(head[upto] - head[first_wanted]) < floor:
+            # Wait for a little more: building a small shard costs ~0.3 ms, so one per
+            # batch of small records would cost more than the wait it saves.
+            return None
+        keep = upto > last_wanted
+        name = f"{held.path} (records of a shard still arriving)"
+        if keep:
+            records = self._run_of(shard, held, head, first_wanted, upto, name)
+            if records is None:
+                return None
+            self._blocks[shard] = (first_wanted, upto, records)
+            return records
+        begin, end = head[wanted], head[wanted + 1]
+        lo, hi = coalesce(begin, end)
+        chunks: list[bytes] = []
+        for a, b in zip(lo.tolist(), hi.tolist(), strict=True):
+            first, stop = int(begin[a]), int(end[b - 1])
+            data = _pread(held.fd, first, stop - first)
+            if data is None:
+                return None  # the file was cut short meanwhile (a restarted transfer)
+            chunks.append(data)
+        # The offset table these records were located with (read once for this file) is
+        # checked with them: every batch served carries its span.
+        records = small_shard(self._smap, shard, name, wanted, begin, end, lo, hi, chunks, [self._head_span[shard]])
+        records.source = held.ident
+        return records
+
+    def _run_of(self, shard: int, held: _Open, head: Int64Array, first: int, upto: int,
+                name: str) -> PeekedRecords | None:
+        """Records ``first:upto`` (back to back in the file) as a small shard, read straight
+        into its body: one copy, as a read through a memory map makes."""
+        n = upto - first
+        table = head[first : upto + 1] - head[first] + (4 + 4 * (n + 1))
+        body = bytearray(int(table[-1]))
+        struct.pack_into("<I", body, 0, n)
+        body[4 : int(table[0])] = table.astype(_U32).tobytes()
+        view = memoryview(body)[int(table[0]) :]
+        offset = int(head[first])
+        while view:
+            got = os.preadv(held.fd, [view], offset)
+            if got == 0:
+                return None  # (cannot happen: the file only grows)
+            view, offset = view[got:], offset + got
+        layout = self._smap.layouts[shard]
+        assert isinstance(layout, RecordLayout)  # paths_of offers MDS shards only
+        reader = ShardReader(body, layout, name=name, shard=shard, expected_samples=n)
+        records = PeekedRecords(reader, np.arange(first, upto, dtype=np.int64),
+                                [self._head_span[shard], (int(head[first]), int(head[upto]), _FROM_SOURCE)])
+        records.source = held.ident
+        return records
+
+    def note(self, shard: int, records: PeekedRecords) -> None:
+        """Records of ``shard`` handed out early (from its arriving file or the remote), to check."""
+        self._served.setdefault(shard, {}).setdefault(records.source, set()).update(records.spans)
+
+    def verify(self, shard: int, path: str) -> None:
+        """Check what was served of ``shard`` early against its installed file ``path``
+        (blocking: run it in a thread). Forgets it once checked.
+
+        Spans read from the very file that was renamed into place need no reading back: the
+        engine never rewrites a temporary's bytes (a transfer that starts again writes a new
+        file), so they are the installed bytes. Spans from any other file (an abandoned
+        transfer) or from the remote are hashed again from the installed file.
+
+        Raises:
+            ServedSamplesError: a span differs (or the file cannot be read back).
+        """
+        served = self._served.pop(shard, {})
+        self._blocks.pop(shard, None)
+        try:
+            if not served:
+                return
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError as exc:
+                raise ServedSamplesError(
+                    f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "
+                    "those samples are unchecked: restart the epoch from its last state"
+                ) from exc
+            try:
+                st = os.fstat(fd)
+                installed = (st.st_dev, st.st_ino)
+                sources = self._sources(shard)
+                for source, spans in served.items():
+                    if source == installed:
+                        continue
+                    for first, stop, digest in sorted(spans):
+                        data = _pread(fd, first, stop - first)
+                        if digest == _FROM_SOURCE:
+                            # Not hashed when served: the bytes of the (immutable, still open) file read.
+                            held = sources.get(source) if source is not None else None
+                            digest = -1 if held is None else xxhash.xxh3_64_intdigest(_pread(held, first, stop - first)
+                                                                                      or b"")
+                        if data is None or xxhash.xxh3_64_intdigest(data) != digest:
+                            self._fail(path, first, stop)
+            finally:
+                os.close(fd)
+        finally:
+            self._release(shard)
+
+    def _sources(self, shard: int) -> dict[tuple[int, int], int]:
+        """The descriptors still open for ``shard``'s files, by (device, inode)."""
+        fds = list(self._kept.get(shard, []))
+        held = self._open.get(shard)
+        if held is not None:
+            fds.append(held.fd)
+        out: dict[tuple[int, int], int] = {}
+        for fd in fds:
+            with contextlib.suppress(OSError):
+                st = os.fstat(fd)
+                out[(st.st_dev, st.st_ino)] = fd
+        return out
+
+    @staticmethod
+    def _fail(path: str, first: int, stop: int) -> None:
+        raise ServedSamplesError(
+            f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
+            "served from while it arrived (the shard was downloaded again, or the remote changed); "
+            "samples already handed out may be wrong: restart the epoch from its last state"
+        )
+
+    def forget(self, shard: int) -> None:
+        """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
+        self._served.pop(shard, None)
+        self._blocks.pop(shard, None)
+        self._drop(shard)
+        self._release(shard)
+
+    def close(self) -> None:
+        self._served.clear()
+        self._blocks.clear()
+        for shard in list(self._open):
+            with contextlib.suppress(OSError):
+                self._drop(shard)
+        for shard in list(self._kept):
+            self._release(shard)
+
+
+def _pread(fd: int, offset: int, count: int) -> bytes | None:
+    """``count`` bytes at ``offset``, or None if the file ends first."""
+    parts: list[bytes] = []
+    got = 0
+    while got < count:
+        data = os.pread(fd, count - got, offset + got)
+        if not data:
+            return None
+        parts.append(data)
+        got += len(data)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
+
