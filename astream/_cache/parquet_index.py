@@ -17,6 +17,7 @@ import json
 import os
 from collections.abc import Sequence
 
+from astream._format.files import save_rebuildable
 from astream._format.index import INDEX_NAME, Index
 from astream._format.parquet.build import build_index
 from astream._format.parquet.footer import TAIL_GUESS, FileFooter, footer_start
@@ -135,9 +136,9 @@ async def load_parquet_index(
         cached_path = os.path.join(local_root, PARQUET_INDEX)
         known = await loop.run_in_executor(None, _read_cached, cached_path)
         footers = await scan_footers(storage, root, known)
-        await loop.run_in_executor(None, _write_atomic, cached_path, dump_footers(footers))
+        await loop.run_in_executor(None, save_rebuildable, cached_path, dump_footers(footers))
     index = await loop.run_in_executor(None, build_index, footers, columns, root)
-    await loop.run_in_executor(None, _write_atomic, os.path.join(local_root, INDEX_NAME), index.dumps())
+    await loop.run_in_executor(None, save_rebuildable, os.path.join(local_root, INDEX_NAME), index.dumps())
     return Index(index.shards, os.path.join(local_root, INDEX_NAME))
 
 
@@ -147,13 +148,3 @@ def _read_cached(path: str) -> list[FileFooter]:
             return load_footers(fh.read(), path)
     except (OSError, IndexFormatError):
         return []  # a cache only: rebuilt from the files
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-

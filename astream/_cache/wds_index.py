@@ -17,6 +17,7 @@ import os
 import warnings
 from collections.abc import Sequence
 
+from astream._format.files import save_rebuildable
 from astream._format.index import INDEX_NAME, Index, ShardInfo
 from astream._format.webdataset import BIG_MEMBER, TAR_SUFFIXES, TarSummary, scan_tar, tar_entry
 from astream._storage.base import Storage
@@ -118,9 +119,9 @@ async def load_wds_index(local: str, remote: str, split: str | None, pool: Stora
         cached_path = os.path.join(local_root, WDS_INDEX)
         known = await loop.run_in_executor(None, _read_cached, cached_path)
         entries = await scan_tars(storage, root, local_root, known)
-        await loop.run_in_executor(None, _write_atomic, cached_path, dump_tars(entries))
+        await loop.run_in_executor(None, save_rebuildable, cached_path, dump_tars(entries))
     index = build_wds_index(entries, root)
-    await loop.run_in_executor(None, _write_atomic, os.path.join(local_root, INDEX_NAME), index.dumps())
+    await loop.run_in_executor(None, save_rebuildable, os.path.join(local_root, INDEX_NAME), index.dumps())
     return Index(index.shards, os.path.join(local_root, INDEX_NAME))
 
 
@@ -135,13 +136,3 @@ def _read_cached(path: str) -> list[Entry]:
 def _remove(path: str) -> None:
     with contextlib.suppress(FileNotFoundError):
         os.unlink(path)
-
-
-def _write_atomic(path: str, data: bytes) -> None:
-    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
-    with open(tmp, "wb") as fh:
-        fh.write(data)
-    os.replace(tmp, path)
-
-

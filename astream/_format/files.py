@@ -11,7 +11,7 @@ import os
 import threading
 from collections.abc import Sequence
 
-__all__ = ["TMP_SUFFIX", "BackgroundCommit", "atomic_write", "fsync_dir"]
+__all__ = ["TMP_SUFFIX", "BackgroundCommit", "atomic_write", "fsync_dir", "save_rebuildable"]
 
 TMP_SUFFIX = ".tmp"
 
@@ -40,7 +40,8 @@ def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> 
     Raises:
         OSError: the disk refused; no temporary file is left behind.
     """
-    tmp = f"{path}.{os.getpid()}{TMP_SUFFIX}"
+    # Unique per call: ranks run as threads of one process may write the same file at once.
+    tmp = f"{path}.{os.getpid()}.{os.urandom(4).hex()}{TMP_SUFFIX}"
     try:
         with open(tmp, "wb") as fh:
             fh.write(data)
@@ -53,6 +54,16 @@ def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> 
         raise
     if sync_dir:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
+
+
+def save_rebuildable(path: str, data: bytes) -> None:
+    """Write a file that can be rebuilt from others (a cached index), creating its folder.
+
+    Replaced whole, like :func:`atomic_write`, but without the directory fsync: after a
+    power cut the old file or none is seen, and either is only rebuilt.
+    """
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    atomic_write(path, data, sync_dir=False)
 
 
 class BackgroundCommit:
