@@ -1,0 +1,149 @@
+"""Batches in a worker's shared-memory slots: reused once released, never while held."""
+
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import gc
+import multiprocessing as mp
+import os
+import socket
+import threading
+from collections.abc import Iterator
+from multiprocessing.connection import Connection
+from typing import Any
+
+import numpy as np
+import pytest
+
+from astream._dataset.slabs import MAX_SLOTS, SLAB_MIN_BYTES, SlabRing, SlabViews, layout
+from astream._dataset.transport import FD_IN_FLIGHT, PipeWriter, fd_passing_supported, recv_object
+
+pytestmark = pytest.mark.skipif(not fd_passing_supported(), reason="no memfd_create / descriptor passing here")
+
+ROWS = SLAB_MIN_BYTES // 4 + 7  # one column over the slab threshold
+
+
+def _slabs_mapped() -> int:
+    """Distinct slot files mapped in this process (the producer's and the consumer's maps)."""
+    with open("/proc/self/maps") as f:
+        return len({line.split()[4] for line in f if "astream-slab" in line})
+
+
+def _batch(i: int) -> dict[str, Any]:
+    return {"i": i, "x": np.full(ROWS, i, np.float32), "small": np.arange(5) + i}
+
+
+@pytest.fixture
+def link() -> Iterator[tuple[Connection, Connection, socket.socket, socket.socket]]:
+    a, b = mp.Pipe(duplex=False)
+    theirs, ours = socket.socketpair()
+    try:
+        yield a, b, theirs, ours
+    finally:
+        for end in (a, b, theirs, ours):
+            end.close()
+
+
+def _produce(b: Connection, theirs: socket.socket, count: int) -> threading.Thread:
+    async def run() -> None:
+        writer = await PipeWriter.open(b, theirs)
+        for i in range(count):
+            await writer.send(_batch(i))
+        await writer.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    return thread
+
+
+def _lease_of(arr: np.ndarray) -> object:
+    base: object = arr
+    while isinstance(base, (np.ndarray, memoryview)):
+        base = base.base if isinstance(base, np.ndarray) else base.obj
+    return base
+
+
+def test_layout_aligns_each_buffer() -> None:
+    offsets, need = layout([1, 64, 65, 0, 3])
+    assert offsets == [0, 64, 128, 256, 256]
+    assert need == 320
+
+
+def test_released_slots_are_reused(link: tuple[Connection, Connection, socket.socket, socket.socket]) -> None:
+    a, b, theirs, ours = link
+    slabs = SlabViews(ours)
+    before = _slabs_mapped()
+    thread = _produce(b, theirs, 40)
+    for i in range(40):
+        got = recv_object(a, ours, slabs)
+        assert got["i"] == i
+        assert (got["x"] == i).all()
+        np.testing.assert_array_equal(got["small"], np.arange(5) + i)
+        assert got["x"].flags.writeable
+        assert isinstance(_lease_of(got["x"]), ctypes.Array)
+        del got  # released: the worker may fill its slot again
+    thread.join(timeout=10)
+    # The producer runs at most FD_IN_FLIGHT ahead: a few slots serve all 40 batches.
+    assert 1 <= _slabs_mapped() - before <= FD_IN_FLIGHT + 2
+    slabs.close()
+
+
+def test_held_batches_are_never_overwritten(link: tuple[Connection, Connection, socket.socket, socket.socket]) -> None:
+    a, b, theirs, ours = link
+    slabs = SlabViews(ours)
+    count = MAX_SLOTS + 6  # more than the ring holds: the rest go as files of their own
+    thread = _produce(b, theirs, count)
+    held = [recv_object(a, ours, slabs) for _ in range(count)]
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    for i, got in enumerate(held):
+        assert got["i"] == i
+        assert (got["x"] == i).all(), f"batch {i} was overwritten while held"
+    leases = {id(_lease_of(got["x"])) for got in held}
+    assert len(leases) == count
+    slabs.close()
+
+
+def test_a_batch_held_past_close_stays_valid_and_its_mapping_goes_with_it(
+    link: tuple[Connection, Connection, socket.socket, socket.socket],
+) -> None:
+    a, b, theirs, ours = link
+    gc.collect()
+    before = _slabs_mapped()
+    slabs = SlabViews(ours)
+    thread = _produce(b, theirs, 3)
+    held = [recv_object(a, ours, slabs) for _ in range(3)]
+    thread.join(timeout=10)
+    slabs.close()  # the worker side is gone too (its ring with its thread's loop)
+    del slabs
+    gc.collect()
+    for i, got in enumerate(held):
+        assert (got["x"] == i).all()
+    assert _slabs_mapped() > before  # the held batches keep their slots mapped
+    del held, got
+    # Reference counting alone unmaps them (no collection needed); the producer's
+    # ring went with its objects.
+    gc.collect()
+    assert _slabs_mapped() == before
+
+
+def test_ring_falls_back_when_full_and_reuses_the_smallest_fit() -> None:
+    ring = SlabRing(max_slots=2, max_bytes=1 << 30)
+    first = ring.take(100_000)
+    second = ring.take(10_000)
+    assert first is not None
+    assert second is not None
+    assert first.new_fd is not None
+    assert second.new_fd is not None
+    assert ring.take(10) is None  # every slot held, no room for another
+    ring.release(first.slot)
+    ring.release(second.slot)
+    again = ring.take(5_000)
+    assert again is not None
+    assert again.slot == second.slot
+    assert again.new_fd is None
+
+
+    for fd in (first.new_fd, second.new_fd):
+        os.close(fd)
