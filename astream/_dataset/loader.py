@@ -103,7 +103,11 @@ class Loader:
         dataset: the dataset.
         batch_size: samples per batch; default the dataset's ``batch_size``.
         num_workers: worker processes (or threads) reading in parallel; 0 reads in the
-            iterating process.
+            iterating process. A worker process's large arrays (64 KiB and more) reach
+            the loop as views of shared memory the worker reuses only once every array
+            of that batch is gone: a batch stays valid (and writable) as long as it is
+            held; holding many keeps their memory, and the worker sends the next ones
+            in fresh memory meanwhile.
         collate_fn: turns a list of sample dicts into a batch; default: a dict of NumPy
             arrays read column-wise (lists for str/bytes/ragged columns).
         drop_last: drop each worker's last, incomplete batch.

@@ -168,10 +168,11 @@ class _Credits:
         """Copy the slab-sized buffers of ``raws`` into a free slot of the ring, if there is one."""
         if self.ring is None:
             return None, set()
-        if not any(r.nbytes >= SLAB_MIN_BYTES for r in raws):
+        # Small buffers (labels, ids) stay out: a user who keeps them (metrics over an
+        # epoch) would otherwise hold the slot of the large ones beside them.
+        wanted = [i for i, r in enumerate(raws) if r.nbytes >= SLAB_MIN_BYTES]
+        if not wanted:
             return None, set()
-        # Small buffers too, once there is a slot: each one through the pipe costs two reads.
-        wanted = list(range(len(raws)))
         offsets, need = layout([raws[i].nbytes for i in wanted])
         slot = self.ring.take(need)
         if slot is None:
