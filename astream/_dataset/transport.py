@@ -37,6 +37,7 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
+import io
 import os
 import pickle
 import socket
@@ -44,6 +45,8 @@ import struct
 import weakref
 from multiprocessing.connection import Connection
 from typing import Any
+
+import numpy as np
 
 from astream._dataset.mapping import MappingError, map_file, mapping_supported
 from astream._dataset.slabs import SLAB_MIN_BYTES, RingSlot, SlabRing, SlabViews, is_release, layout
@@ -86,10 +89,27 @@ def fd_passing_supported() -> bool:
     )
 
 
+class _Pickler(pickle.Pickler):
+    """Protocol 5, with large non-contiguous arrays made contiguous first.
+
+    A column of a batch of fixed-size records is a strided view of the rows it was
+    decoded from; pickled as it is, numpy copies it into the pickle itself (in band),
+    and it crosses the pipe twice more. Made contiguous (one copy), it travels out of
+    band: into a slot, no pipe.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if (type(obj) is np.ndarray and obj.nbytes >= SLAB_MIN_BYTES and not obj.dtype.hasobject
+                and not (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+            return np.ascontiguousarray(obj).__reduce_ex__(5)
+        return NotImplemented
+
+
 def _pickled(obj: Any) -> tuple[bytes, list[memoryview]]:
     buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return payload, [buf.raw() for buf in buffers]
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    return out.getvalue(), [buf.raw() for buf in buffers]
 
 
 def _head(payload: bytes, raws: list[memoryview], via_fd: set[int], slot: RingSlot | None = None,

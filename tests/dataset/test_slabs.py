@@ -11,6 +11,7 @@ import socket
 import threading
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -62,6 +63,13 @@ def _lease_of(arr: np.ndarray) -> object:
     while isinstance(base, (np.ndarray, memoryview)):
         base = base.base if isinstance(base, np.ndarray) else base.obj
     return base
+
+
+def _slot_backed(batch: dict[str, Any]) -> bool:
+    """Whether the batch's array lies in a slot (a lease: a ctypes array made with from_buffer,
+    which keeps the slot's mapping in ``_objects``; a file's own mapping has none)."""
+    lease = _lease_of(batch["x"])
+    return isinstance(lease, ctypes.Array) and bool(lease._objects)  # type: ignore[attr-defined]
 
 
 def test_layout_aligns_each_buffer() -> None:
@@ -150,3 +158,30 @@ def test_ring_falls_back_when_full_and_reuses_the_smallest_fit() -> None:
 
     for fd in (first.new_fd, second.new_fd):
         os.close(fd)
+
+
+def test_loader_batches_held_over_epochs_stay_intact(tmp_path: Path) -> None:
+    from astream import Loader, MDSWriter, StreamingDataset
+
+    n, width = 400, 16 * 1024  # batches of 8 x 16 KB: 128 KB arrays, in slots
+    with MDSWriter(tmp_path / "ds", {"id": "int64", "x": "ndarray:uint8:16384"}, size_limit="1mb") as writer:
+        for i in range(n):
+            writer.write({"id": i, "x": np.full(width, i % 251, np.uint8)})
+    ds = StreamingDataset(local=str(tmp_path / "ds"), batch_size=8)
+    try:
+        with Loader(ds, num_workers=2) as loader:
+            # (The first epoch's batches may come from the stand-ins in this process.)
+            epochs = [list(loader) for _ in range(3)]  # 50 batches each, all held
+            for batches in epochs:
+                assert sorted(int(i) for b in batches for i in b["id"]) == list(range(n))
+                for b in batches:
+                    np.testing.assert_array_equal(b["x"], np.repeat((b["id"] % 251).astype(np.uint8)[:, None], width, 1))
+            # The second epoch filled the workers' rings (16 slots each), the third found
+            # them held and came through the pipe: none of the second was overwritten.
+            assert sum(_slot_backed(b) for b in epochs[1]) == 2 * MAX_SLOTS
+            assert not any(_slot_backed(b) for b in epochs[2])
+        held = [b for batches in epochs for b in batches]
+        for b in held:  # closed: still valid
+            assert (b["x"][:, 0] == b["id"] % 251).all()
+    finally:
+        ds.close()
