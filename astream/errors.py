@@ -35,10 +35,12 @@ builtin exception describes the same failure, the astream class inherits it too,
     │   └── ProtocolError                   a peer sent bytes that are not a valid message
     │       └── VersionMismatch             the peer runs another astream version
     ├── StateError (ValueError)             a resumption state does not fit this dataset/world
+    │   └── SourceChangedError              a source file (Parquet) changed since its index was built
     ├── TransformError                      a transform or a subclass's __getitem__ raised on a sample
     └── WorkerError (RuntimeError)          a loader worker died or raised
 
     CacheWarning (UserWarning)              the cache works, but will mostly re-download
+    LayoutWarning (UserWarning)             the data's layout fights streaming (row groups too big/small)
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ __all__ = [
     "FormatError",
     "HashMismatchError",
     "IndexFormatError",
+    "LayoutWarning",
     "MissingExtraError",
     "ProtocolError",
     "RangeNotSupportedError",
@@ -66,6 +69,7 @@ __all__ = [
     "SampleError",
     "SampleIndexError",
     "ShardFormatError",
+    "SourceChangedError",
     "StateError",
     "StorageError",
     "TransformError",
@@ -203,6 +207,16 @@ class VersionMismatch(ProtocolError):
 
 class StateError(AstreamError, ValueError):
     """A resumption state does not fit this dataset or world."""
+
+
+class SourceChangedError(StateError):
+    """A file a stream reads in place (Parquet) differs from the one its index describes;
+    the message names the file and how to rebuild the index."""
+
+
+class LayoutWarning(UserWarning):
+    """The data can be streamed, but its layout makes it slow or memory-hungry (the
+    message says how to rewrite it)."""
 
 
 class TransformError(AstreamError):

@@ -6,6 +6,8 @@ Same functions and parameters as MosaicML Streaming, bit-exact with its 0.13 rel
 
 ``plan_epoch`` returns the whole ``(nodes, ranks, workers, batches, batch_size)`` tensor;
 ``EpochPlan`` also gives one worker's sequence, the resolved defaults and ``len`` per rank.
+``forecast_epoch`` plays a plan through the cache's eviction policy (what ``astream plan``
+prints): bytes downloaded, evictions, peak cache, stall at a bandwidth, shuffle quality.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from astream._sampling.defaults import (
     resolve_predownload,
     resolve_shuffle_block_size,
 )
+from astream._sampling.forecast import EpochForecast, NodeForecast, forecast_epoch, shuffle_quality
 from astream._sampling.options import PlanOptions
 from astream._sampling.order import WorkerBatches, rank_batches, round_robin, worker_batches
 from astream._sampling.partition import get_partitions
@@ -32,12 +35,15 @@ __all__ = [
     "PARTITION_ALGOS",
     "SAMPLING_METHODS",
     "SHUFFLE_ALGOS",
+    "EpochForecast",
     "EpochPlan",
+    "NodeForecast",
     "PlanOptions",
     "SamplingWarning",
     "StreamSpec",
     "StreamWeights",
     "WorkerBatches",
+    "forecast_epoch",
     "get_partitions",
     "get_shuffle",
     "plan_epoch",
@@ -46,6 +52,7 @@ __all__ = [
     "resolve_predownload",
     "resolve_shuffle_block_size",
     "round_robin",
+    "shuffle_quality",
     "worker_batches",
 ]
 

@@ -110,6 +110,8 @@ class LoopbackServer:
         ssl_context: serve HTTPS with this server context (e.g. from ``trustme``).
         require_headers: answer 401 to a request that lacks one of these headers (or has
             another value), as a server behind a bearer token does.
+        bandwidth: bytes per second all bodies share (one link: concurrent responses
+            take turns chunk by chunk), or None for as fast as the loopback goes.
     """
 
     def __init__(
@@ -121,6 +123,7 @@ class LoopbackServer:
         chunk_size: int = 64 << 10,
         ssl_context: ssl.SSLContext | None = None,
         require_headers: Mapping[str, str] | None = None,
+        bandwidth: float | None = None,
     ) -> None:
         self.root = os.path.realpath(root)
         self.ssl_context = ssl_context
@@ -128,6 +131,10 @@ class LoopbackServer:
         self.ranges = ranges
         self.allow_put = allow_put
         self.chunk_size = chunk_size
+        if bandwidth is not None and not bandwidth > 0:
+            raise ValueError(f"bandwidth must be > 0 bytes per second, got {bandwidth!r}")
+        self.bandwidth = bandwidth
+        self._link_free = 0.0  # when the shared link has sent everything it was given
         self._state = _State()
         self._thread: LoopThread | None = None
         self._runner: web.AppRunner | None = None
@@ -214,7 +221,7 @@ class LoopbackServer:
             return await self._put(request, path)
         if not os.path.isfile(path):  # noqa: ASYNC240 - test server, a stat
             raise web.HTTPNotFound()
-        if fault is None and self.ranges:
+        if fault is None and self.ranges and self.bandwidth is None:
             return web.FileResponse(path, chunk_size=256 << 10)
         return await self._stream(request, path, fault)
 
@@ -267,9 +274,19 @@ class LoopbackServer:
                 if fault is not None and fault.kind == "corrupt":
                     data = bytes([data[0] ^ 0xFF]) + data[1:]
                     fault = None
+                await self._pace(len(data))
                 await resp.write(data)
                 sent += len(data)
         return resp
+
+    async def _pace(self, size: int) -> None:
+        """Hold ``size`` bytes back until the shared link has room for them."""
+        if self.bandwidth is None:
+            return
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._link_free = max(self._link_free, now) + size / self.bandwidth
+        await asyncio.sleep(self._link_free - now)
 
     async def _put(self, request: web.Request, path: str) -> web.Response:
         if not self.allow_put:

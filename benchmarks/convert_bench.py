@@ -14,6 +14,18 @@ peak memory (the Python driver's RSS and the JVM's).
 Ray listens on every interface, so run the whole script in a loopback-only namespace::
 
     unshare -n sh -c 'ip link set lo up && .venv/bin/python benchmarks/convert_bench.py --runs 3'
+
+``--side-by-side`` instead runs astream's ``dataframe_to_mds`` and mosaicml-streaming's on
+the same Spark session, turn about, on one input of ``--text-mb`` of ~1 KB text/int rows and
+``--array-mb`` of ~100 KB rows of one float32 array (25,000 values, 1-D: MosaicML's
+converter refuses nested arrays), both to moto's S3 server, with the same columns,
+compression and ``size_limit``: wall time, the peak disk of the workers' staging folders
+(astream's tasks stage under their TMPDIR, MosaicML's under the ``(local, remote)`` pair's
+local folder, both inside one sampled folder) and the driver's memory. The interpreter must
+import both ``astream`` and ``streaming`` (with torch); the Spark workers run the same one::
+
+    PYTHONPATH=$PWD:.venv/lib/python3.11/site-packages <peer venv>/bin/python \
+        benchmarks/convert_bench.py --side-by-side --text-mb 512 --array-mb 512 --runs 1
 """
 
 from __future__ import annotations
@@ -139,7 +151,13 @@ def main() -> None:
     parser.add_argument("--size-limit", default="8mb")
     parser.add_argument("--merge-parts", type=int, default=10_000, help="parts of the synthetic merge (0: skip)")
     parser.add_argument("--shards-per-part", type=int, default=15)
+    parser.add_argument("--side-by-side", action="store_true",
+                        help="astream's and mosaicml-streaming's dataframe_to_mds on one Spark session")
+    parser.add_argument("--files", type=int, default=8, help="Parquet files of each input (--side-by-side)")
     args = parser.parse_args()
+    if args.side_by_side:
+        side_by_side(args)
+        return
     engines = args.engines.split(",")
     root = Path(tempfile.mkdtemp(prefix="astream-convert-bench-"))
     worker_tmp = root / "worker-tmp"
@@ -181,11 +199,24 @@ def main() -> None:
             ray.init(num_cpus=args.workers, include_dashboard=False, _node_ip_address=HOST, log_to_driver=False)
             ray.data.DataContext.get_current().enable_progress_bars = False
             print(f"ray start-up {time.perf_counter() - start:.1f} s")
+            class NullSink(ray.data.Datasink):  # type: ignore[type-arg]
+                """Reads every block and writes nothing: what a Ray Data write job costs by itself."""
+
+                def write(self, blocks: Any, ctx: Any) -> None:
+                    for _ in blocks:
+                        pass
+
             for name, folder in inputs.items():
                 def run_ray(out: str, f: Path = folder) -> None:
                     ray.data.read_parquet(str(f)).write_datasink(
                         MDSDatasink(out, compression="zstd", size_limit=args.size_limit))
+
+                def run_null(out: str, f: Path = folder) -> None:
+                    ray.data.read_parquet(str(f)).write_datasink(NullSink())
                 results[name]["ray"] = statistics.median(timed(args.runs, run_ray, root))
+                results[name]["ray, no-op sink"] = statistics.median(timed(args.runs, run_null, root))
+                print(f"{name}: Ray Data read {ray.data.read_parquet(str(folder)).materialize().num_blocks()} "
+                      "block(s), so that many write tasks")
             ray.shutdown()
         spark_notes = run_spark(args, inputs, results, root, worker_tmp) if "spark" in engines else []
         if args.merge_parts:
@@ -245,6 +276,125 @@ def run_spark(args: Any, inputs: dict[str, Path], results: dict[str, dict[str, f
                      f"(driver and local executors in one process) peak RSS {jvm_peak:.0f} MiB")
         spark.stop()
     return notes
+
+
+def make_mixed_input(root: Path, text_mb: int, array_mb: int, files: int) -> tuple[Path, Path]:
+    """~1 KB text/int rows and ~100 KB rows of a 1-D float32 array, ``files`` Parquet files each."""
+    rng = np.random.default_rng(0)
+    words = np.array(["alpha", "beta", "gamma", "delta", "epsilon", "zeta", "eta", "theta"])
+    text_dir, array_dir = root / "mixed-text", root / "mixed-arrays"
+    text_dir.mkdir(), array_dir.mkdir()
+    n = text_mb * 1024 // files
+    for k in range(files):
+        text = [" ".join(rng.choice(words, 150)) for _ in range(n)]
+        pq.write_table(pa.table({"id": np.arange(k * n, (k + 1) * n), "label": rng.integers(0, 1000, n, dtype=np.int32),
+                                 "text": text}), text_dir / f"{k}.parquet", row_group_size=4096)
+    m = array_mb * 10 // files
+    for k in range(files):
+        flat = rng.standard_normal(m * 25_000).astype(np.float32)
+        pq.write_table(pa.table({"id": np.arange(k * m, (k + 1) * m),
+                                 "x": pa.ListArray.from_arrays(np.arange(0, m * 25_000 + 1, 25_000, dtype=np.int32),
+                                                               pa.array(flat))}),
+                       array_dir / f"{k}.parquet", row_group_size=64)
+    return text_dir, array_dir
+
+
+def side_by_side(args: Any) -> None:
+    """astream's and mosaicml-streaming's dataframe_to_mds on one Spark session, to moto S3."""
+    import sys
+    import types
+
+    import psutil
+
+    stub = types.ModuleType("streaming.vision")  # importing streaming pulls torchvision otherwise
+    stub.__path__ = []  # type: ignore[attr-defined]
+    sys.modules.setdefault("streaming.vision", stub)
+    from streaming.base.converters import dataframe_to_mds as mosaic_to_mds  # type: ignore[import-not-found]
+
+    from astream.convert import dataframe_to_mds as astream_to_mds
+    from astream.testing import moto_s3
+
+    root = Path(tempfile.mkdtemp(prefix="astream-convert-sbs-"))
+    staging = root / "staging"  # every task's local shards, both libraries
+    staging.mkdir()
+    # Spark's Python workers unpickle MosaicML's task function, importing streaming: they need
+    # the same stub, registered at start-up by a sitecustomize of their own.
+    (root / "shim").mkdir()
+    (root / "shim" / "sitecustomize.py").write_text(
+        "import sys, types\nstub = types.ModuleType('streaming.vision')\nstub.__path__ = []\n"
+        "sys.modules.setdefault('streaming.vision', stub)\n")
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(root / "shim"), os.environ.get("PYTHONPATH")) if p)
+    try:
+        t0 = time.perf_counter()
+        text_dir, array_dir = make_mixed_input(root, args.text_mb, args.array_mb, args.files)
+        inputs = {"text": text_dir, "arrays": array_dir}
+        size = sum(f.stat().st_size for d in inputs.values() for f in d.glob("*.parquet"))
+        print(f"input: {size / 2**20:.0f} MiB of Parquet ({rows_of(text_dir):,} text rows, {rows_of(array_dir):,} "
+              f"array rows; {args.files} files each), made in {time.perf_counter() - t0:.0f} s")
+        columns = {"text": {"id": "int64", "label": "int32", "text": "str"},
+                   "arrays": {"id": "int64", "x": "ndarray:float32"}}
+        os.environ["TMPDIR"] = str(staging)  # the Python workers (new processes) stage astream's shards here
+        os.environ["PYSPARK_PYTHON"] = sys.executable
+        os.environ.setdefault("SPARK_LOCAL_IP", HOST)  # else Spark resolves the machine's own address
+        with moto_s3("bench") as s3:
+            from pyspark.sql import SparkSession
+
+            start = time.perf_counter()
+            spark = (SparkSession.builder.master(f"local[{args.workers}]").config("spark.driver.host", HOST)
+                     .config("spark.driver.bindAddress", HOST).config("spark.ui.enabled", "false")
+                     .config("spark.driver.memory", "4g").getOrCreate())
+            spark.sparkContext.setLogLevel("ERROR")
+            print(f"spark start-up {time.perf_counter() - start:.1f} s; master local[{args.workers}]")
+            jvm = [p for p in psutil.Process().children(recursive=True) if "java" in p.name()][:1]
+            tools = {"astream": astream_to_mds, "mosaicml-streaming": mosaic_to_mds}
+            rows: list[str] = []
+            for name, folder in inputs.items():
+                parts = spark.read.parquet(str(folder)).rdd.getNumPartitions()
+                for tool, convert in tools.items():  # untimed: start every Python worker, import each library
+                    warm = spark.read.parquet(str(folder)).limit(64).repartition(args.workers)
+                    convert(warm, mds_kwargs={"out": (str(staging / "warm"), f"s3://bench/warm-{tool}-{name}"),
+                                              "columns": columns[name], "compression": "zstd"})
+                    shutil.rmtree(staging / "warm", ignore_errors=True)
+                got: dict[str, dict[str, list[float]]] = {t: {"wall": [], "disk": [], "py": [], "jvm": []} for t in tools}
+                for r in range(args.runs):
+                    for tool, convert in tools.items():
+                        key = f"{tool}-{name}-{r}"
+                        out: Any = f"s3://bench/{key}"
+                        if tool == "mosaicml-streaming":  # its driver stages in a mkdtemp of its own otherwise
+                            out = (str(staging / key), out)
+                        df = spark.read.parquet(str(folder))
+                        memory = MemoryPeak([psutil.Process(), *jvm])
+                        with DiskPeak(staging) as disk, memory:
+                            t = time.perf_counter()
+                            convert(df, mds_kwargs={"out": out, "columns": columns[name], "compression": "zstd",
+                                                    "size_limit": args.size_limit})
+                            got[tool]["wall"].append(time.perf_counter() - t)
+                        got[tool]["disk"].append(disk.peak)
+                        got[tool]["py"].append(memory.peaks[0])
+                        got[tool]["jvm"].append(memory.peaks[1] if len(memory.peaks) > 1 else 0)
+                        index = s3.get_object(Bucket="bench", Key=f"{key}/index.json")["Body"].read()
+                        merged = Index.from_bytes(index)
+                        print(f"  {name} run {r} {tool}: {got[tool]['wall'][-1]:.1f} s, peak staging disk "
+                              f"{disk.peak / 2**20:.0f} MiB, {len(merged.shards)} shards, "
+                              f"{merged.num_samples:,} samples")
+                        shutil.rmtree(staging / key, ignore_errors=True)
+                med = {t: {k: statistics.median(v) for k, v in g.items()} for t, g in got.items()}
+                a, m = med["astream"], med["mosaicml-streaming"]
+                for tool in tools:
+                    x = med[tool]
+                    rows.append(f"| {name} | {parts} | {tool} | {x['wall']:.1f} | {x['disk'] / 2**20:.0f} | "
+                                f"{x['py'] / 2**20:.0f} | {x['jvm'] / 2**20:.0f} |")
+                rows.append(f"| {name} | | **astream / mosaic** | **{a['wall'] / m['wall']:.2f}x** | "
+                            f"**{a['disk'] / max(1, m['disk']):.3f}x** | | |")
+            spark.stop()
+        print(f"\nmedian of {args.runs} runs, Spark local[{args.workers}], zstd, size_limit {args.size_limit}, "
+              "out s3:// (moto)\n")
+        print("| input | partitions | library | wall s | peak staging disk MiB | driver Python peak RSS MiB "
+              "| Spark JVM peak RSS MiB |")
+        print("|---|---:|---|---:|---:|---:|---:|")
+        print("\n".join(rows))
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
 
 
 def merge_cost(root: Path, parts: int, per_part: int) -> str:

@@ -17,7 +17,7 @@ LAYERS = [
     ("_cache",),
     ("_coord",),
     ("_sampling", "sampling"),
-    ("_dataset", "testing"),
+    ("_dataset", "testing", "metrics"),
     ("adapters",),
     ("convert",),
     ("cli",),

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
 from astream._cache.states import Entry, State
-from astream._format.index import FileInfo, Index, ShardInfo
+from astream._format.index import FileInfo, Index, ShardInfo, SourceRanges
 from astream.errors import CacheError
 
 __all__ = ["Entry", "ShardCache", "State", "shard_files"]
@@ -27,15 +27,17 @@ __all__ = ["Entry", "ShardCache", "State", "shard_files"]
 
 @dataclass(frozen=True)
 class ShardFile:
-    """One file of a shard: as read (``raw``) and as stored remotely (``zip``, or None)."""
+    """One file of a shard: as read (``raw``) and as stored remotely (``zip``, or None), or
+    assembled from byte ranges of a source file (``source``: a Parquet row group)."""
 
     raw: FileInfo
     zip: FileInfo | None
+    source: SourceRanges | None = None
 
 
 def shard_files(shard: ShardInfo) -> list[ShardFile]:
     """The files a shard consists of (meta first for split formats, then data)."""
-    files = [ShardFile(shard.raw_data, shard.zip_data)]
+    files = [ShardFile(shard.raw_data, shard.zip_data, shard.source)]
     if shard.raw_meta is not None:
         files.insert(0, ShardFile(shard.raw_meta, shard.zip_meta))
     return files

@@ -38,6 +38,7 @@ __all__ = [
     "Candidate",
     "NodePlan",
     "SimResult",
+    "SimTrace",
     "choose_victims",
     "min_cache_bytes",
     "offline_optimum",
@@ -234,6 +235,24 @@ class SimResult:
     peak: int
 
 
+@dataclass
+class SimTrace:
+    """Step by step, what a simulation did (for forecasts and plots).
+
+    Attributes:
+        downloads: per step, the shards downloaded in it (for the step's batches, then
+            prefetches), in order.
+        evictions: per step, the shards evicted in it.
+        held: per step, the bytes the cache holds at its end.
+        keys: per step, the shards the step's batches read (every reader's).
+    """
+
+    downloads: list[list[int]] = field(default_factory=list)
+    evictions: list[int] = field(default_factory=list)
+    held: list[int] = field(default_factory=list)
+    keys: list[list[int]] = field(default_factory=list)
+
+
 def min_cache_bytes(footprints: Sequence[int], batch_size: int, readers: int) -> int:
     """The smallest cache limit under which no reader can wait forever.
 
@@ -254,8 +273,9 @@ def _batches(order: Int64Array, batch_size: int, t: int) -> Int64Array:
 class _Residency:
     """What a simulated cache holds, and the transfers and evictions that got it there."""
 
-    def __init__(self, sizes: Sequence[int], resident: Iterable[int]) -> None:
+    def __init__(self, sizes: Sequence[int], resident: Iterable[int], trace: SimTrace | None = None) -> None:
         self.sizes = sizes
+        self.trace = trace
         self.held: set[int] = set(resident)
         self.used = sum(sizes[k] for k in self.held)
         self.downloads = self.evictions = self.got = 0
@@ -272,6 +292,21 @@ class _Residency:
         self.downloads += 1
         self.got += self.sizes[key]
         self.peak = max(self.peak, self.used)
+        if self.trace is not None:
+            self.trace.downloads[-1].append(key)
+            self.trace.evictions[-1] += len(victims)
+
+    def step(self, keys: Iterable[int]) -> None:
+        """A step begins; its batches read ``keys``."""
+        if self.trace is not None:
+            self.trace.downloads.append([])
+            self.trace.evictions.append(0)
+            self.trace.keys.append(sorted(keys))
+
+    def stepped(self) -> None:
+        """The step ends."""
+        if self.trace is not None:
+            self.trace.held.append(self.used)
 
     def result(self) -> SimResult:
         return SimResult(self.downloads, self.got, self.evictions, self.peak)
@@ -279,7 +314,7 @@ class _Residency:
 
 def simulate(
     orders: Sequence[Int64Array], sizes: Sequence[int], limit: int, *, batch_size: int, predownload: int,
-    resident: Iterable[int] = (),
+    resident: Iterable[int] = (), trace: SimTrace | None = None,
 ) -> SimResult:
     """Play one epoch of the node through the plan-aware policy.
 
@@ -291,6 +326,7 @@ def simulate(
         predownload: how far ahead of its position each reader's shards are prefetched;
             at most ``batch_size`` means no prefetch beyond the current batch.
         resident: shards in the cache at the start.
+        trace: filled in step by step, if given.
 
     Raises:
         CacheError: ``limit`` cannot hold a step's batches (it is below :func:`min_cache_bytes`).
@@ -305,7 +341,7 @@ def simulate(
     for r, order in enumerate(orders):
         keys, starts, ends = runs_of(np.asarray(order, np.int64))
         plan.add(r, keys.tolist(), starts.tolist(), ends.tolist())
-    book = _Residency(sizes, resident)
+    book = _Residency(sizes, resident, trace)
     held = book.held
 
     def fetch(key: int, pinned: set[int], ahead: float | None) -> bool:
@@ -325,6 +361,7 @@ def simulate(
         for order in orders:
             batch = _batches(np.asarray(order, np.int64), batch_size, t)
             pinned.update(int(k) for k in batch)
+        book.step(pinned)
         for order in orders:
             batch = _batches(np.asarray(order, np.int64), batch_size, t)
             for key in dict.fromkeys(int(k) for k in batch):
@@ -336,6 +373,7 @@ def simulate(
                 k = cast(int, upcoming)
                 if k not in held and not fetch(k, pinned, d):
                     break
+        book.stepped()
     return book.result()
 
 

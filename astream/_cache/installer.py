@@ -10,11 +10,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import time
 from concurrent.futures import Executor
 
 from astream._cache.cache import ShardCache, ShardFile, shard_files
 from astream._cache.durability import BackgroundSync
 from astream._cache.install import CorruptFile, ShardSink, verify_files
+from astream._cache.ranged import fetch_ranges
 from astream._cache.slots import Slots
 from astream._cache.stats import CacheStats
 from astream._cache.throttle import Aimd
@@ -180,13 +182,14 @@ class Installation:
             raise CacheError(
                 f"{raw_final} is missing (or has the wrong size) and there is no remote to fetch it from"
             )
-        url = join_url(self.remote_root, stored.basename)
+        url = join_url(self.remote_root, f.source.file if f.source is not None else stored.basename)
         sink = new_sink(local_zip if keep else None, url)
 
         async def complete() -> None:
             if sync is not None:
                 await self._prepare_sync(sync)
             await sink.finish()
+            self.stats.decode_s += sink.busy_s
 
         try:
             # The very first shard (slow start at one transfer) keeps its slot until it is
@@ -195,7 +198,12 @@ class Installation:
             alone = not self._first_done and self._slots.limit == 1
             async with self._slots.hold(priority):
                 self._wake()
-                await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
+                began = time.perf_counter()
+                if f.source is not None:
+                    await fetch_ranges(self._backend(url), url, f.source, sink, self.on_bytes)
+                else:
+                    await self._backend(url).fetch_into(url, sink, size=stored.bytes, events=self)
+                self.stats.download_s += time.perf_counter() - began
                 if alone:
                     await complete()
             self._first_done = True

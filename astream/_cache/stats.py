@@ -31,6 +31,8 @@ class CacheStats:
         throttled: retries caused by the remote shedding load (429, 503, SlowDown).
         hash_failures: shards that failed ``validate_hash`` (and were fetched again).
         consumer_wait_s: seconds a consumer spent waiting for a shard to be ready.
+        download_s: seconds transfers took, summed over transfers (they overlap).
+        decode_s: seconds spent hashing, decompressing and writing the bytes that arrived.
         concurrency: the current transfer limit (lowered by throttling, raised by successes).
         in_flight: transfers running now.
         cache_bytes: bytes the cache holds or has reserved for transfers in flight.
@@ -50,6 +52,8 @@ class CacheStats:
     throttled: int = 0
     hash_failures: int = 0
     consumer_wait_s: float = 0.0
+    download_s: float = 0.0
+    decode_s: float = 0.0
     concurrency: int = 0
     in_flight: int = 0
     cache_bytes: int = 0

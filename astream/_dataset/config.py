@@ -21,7 +21,7 @@ from astream._coord.world import World, detect_world
 from astream._dataset.provider import CacheProviderFactory, EngineSpec
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
-from astream._format.index import Index
+from astream._format.index import Index, ShardInfo
 from astream._sampling.defaults import (
     BATCHING_METHODS,
     PARTITION_ALGOS,
@@ -84,7 +84,8 @@ class DatasetConfig:
         shuffle_block_size: int | None, batching_method: str, allow_unsafe_types: bool,
         replication: int | None, max_concurrency: int, world: World | None, run_id: str | None,
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None, format: str | None = None,
+        columns: Sequence[str] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -99,9 +100,15 @@ class DatasetConfig:
                 raise ConfigError("give either streams= or remote=/local=/split=, not both")
             if not streams or not all(isinstance(s, Stream) for s in streams):
                 raise ConfigError("streams must be a non-empty list of astream.Stream")
+            if format is not None or columns is not None:
+                raise ConfigError("with streams=, give format= and columns= to each Stream")
             given = list(streams)
         else:
-            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options)]
+            if validate_hash is not None and format not in (None, "mds"):
+                raise ConfigError(f"validate_hash does not apply to format={format!r} (its files carry no digests "
+                                  "in an index); leave it None")
+            given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options,
+                            format=format or "mds", columns=None if columns is None else tuple(columns))]
         options = RemoteConfig.of(storage_options)
         inherited = tuple(s.inherit(download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
                                     keep_zip=keep, storage_options=options) for s in given)
@@ -162,7 +169,7 @@ class DatasetConfig:
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""
         return dataset_fingerprint([
-            {"shards": [(sh.raw_data.basename, sh.samples, sh.raw_data.bytes) for sh in index.shards],
+            {"shards": [_shard_identity(sh) for sh in index.shards],
              "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
             for s, index in zip(self.streams, indexes, strict=True)
         ])
@@ -237,3 +244,14 @@ def _log_once(world: World, world_source: str, run_id: str, run_source: str) -> 
         world_source, world.rank, world.world_size, world.node, world.num_nodes, world.local_rank,
         world.ranks_per_node, run_id, run_source,
     )
+
+
+def _shard_identity(sh: ShardInfo) -> tuple[Any, ...]:
+    """What a state's fingerprint holds of a shard: name, samples, bytes, and for files read
+    in place (Parquet, WebDataset) their size and version (etag), so a changed file is noticed."""
+    if sh.source is not None:
+        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, sh.source.file_bytes, sh.source.etag
+    if sh.format == "webdataset":
+        extra = sh.config.get("webdataset")
+        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, extra.get("etag") if isinstance(extra, dict) else None
+    return sh.raw_data.basename, sh.samples, sh.raw_data.bytes

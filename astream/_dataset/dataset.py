@@ -16,6 +16,9 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from astream._cache.index_file import load_index
+from astream._cache.installer import check_hashes_present
+from astream._cache.parquet_index import load_parquet_index
+from astream._cache.wds_index import load_wds_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
@@ -80,6 +83,8 @@ class StreamingDataset(RandomAccess):
             ``get_item`` instead, as with MosaicML; iteration honours both.
         storage_options: settings of the remote's backend (endpoint, credentials, headers...),
             for ``remote=`` and for the streams that give none; see :class:`Stream`.
+        format: ``"mds"``, ``"parquet"`` or ``"webdataset"`` for ``remote=`` (see :class:`Stream`).
+        columns: the Parquet columns to read (default all).
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -97,7 +102,8 @@ class StreamingDataset(RandomAccess):
         allow_unsafe_types: bool = False, replication: int | None = None, max_concurrency: int = 8,
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
         transform: Callable[[Any], Any] | None = None,
-        storage_options: Mapping[str, Any] | None = None,
+        storage_options: Mapping[str, Any] | None = None, format: str | None = None,
+        columns: Sequence[str] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams))
@@ -241,6 +247,18 @@ class StreamingDataset(RandomAccess):
 
 async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
     async def one(s: Stream) -> Index:
+        index = await load(s)
+        if s.validate_hash:  # refused here, at construction, not later inside the node agent
+            check_hashes_present(index, s.validate_hash)
+        return index
+
+    async def load(s: Stream) -> Index:
+        if s.format != "mds":
+            assert s.remote is not None  # such a stream always reads its files from somewhere
+            async with StoragePool(configure(s.remote, s.remote_config)) as pool:
+                if s.format == "webdataset":
+                    return await load_wds_index(s.local_dir, s.remote, s.split, pool)
+                return await load_parquet_index(s.local_dir, s.remote, s.split, s.columns, pool)
         if s.remote is None or not s.remote_config:
             return await load_index(s.local_dir, s.remote, s.split)
         async with StoragePool(configure(s.remote, s.remote_config)) as pool:  # the stream's storage_options

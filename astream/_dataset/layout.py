@@ -14,7 +14,7 @@ import numpy as np
 import numpy.typing as npt
 
 from astream._format.index import Index
-from astream._format.record import RecordLayout
+from astream._format.kinds import ShardLayout, layout_of
 
 __all__ = ["SampleMap"]
 
@@ -36,13 +36,13 @@ class SampleMap:
         self.indexes = list(indexes)
         self.shard_stream: list[int] = []
         self.shard_local: list[int] = []
-        self.layouts: list[RecordLayout] = []
+        self.layouts: list[ShardLayout] = []
         sizes: list[int] = []
         for s, index in enumerate(self.indexes):
             for info in index.shards:
                 self.shard_stream.append(s)
                 self.shard_local.append(info.index)
-                self.layouts.append(RecordLayout.from_shard(info, index.source, allow_unsafe_types))
+                self.layouts.append(layout_of(info, index.source, allow_unsafe_types))
                 sizes.append(info.samples)
         self.starts: Int64Array = np.zeros(len(sizes) + 1, np.int64)
         np.cumsum(sizes, out=self.starts[1:])

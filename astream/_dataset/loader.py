@@ -19,7 +19,7 @@ import time
 import weakref
 from collections.abc import AsyncIterator, Callable, Iterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -31,6 +31,9 @@ from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.iteration import ManagedAsyncIterator
+from astream._dataset.metrics import register as register_metrics
+from astream._dataset.progress import ProgressBar
+from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
@@ -125,6 +128,8 @@ class Loader:
             the loader) to the next; each new epoch is sent to the running workers.
             They stop at ``close()``, at the end of ``with``, or when the loader is
             garbage collected. An epoch left early starts new workers for the next.
+        progress: show a tqdm bar of each iteration's samples, with samples/s and the
+            share of the time the loop waited for data (``stall``).
 
     Raises:
         ConfigError: no batch size anywhere, or a bad parameter.
@@ -141,6 +146,7 @@ class Loader:
         worker_mode: str = "process",
         batch_transform: BatchTransform | None = None,
         persistent_workers: bool = True,
+        progress: bool = False,
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
@@ -198,6 +204,13 @@ class Loader:
         self.batch_transform = batch_transform
         self.num_samples_yielded = 0
         self._consumer = ConsumerCounters()  # over the loader's life, all epochs
+        if not isinstance(progress, bool):
+            raise ConfigError(f"progress must be True or False, got {progress!r}")
+        self.progress = progress
+        self._bar: ProgressBar | None = None
+        self._epoch_samples: int | None = None  # this iteration's, for the bar
+        register_metrics(self)  # a weak reference, read only by an exporter someone enabled
+        enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
@@ -229,25 +242,39 @@ class Loader:
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
         self.num_workers = self._choice.workers
 
-    def _received(self, batch: Any, waited: float, cpu_waited: float = 0.0) -> None:
+    def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
         # Counted as it is handed over, i.e. what the training loop received.
+        now = time.perf_counter()
         if self._watch is not None and self._choice is None:
-            self._watch.received(batch, waited, cpu_waited)
+            self._watch.received(batch, now - asked, cpu_waited)
         n = batch_length(batch)
         self.num_samples_yielded += n
-        c = self._consumer
-        c.batches, c.samples, c.wait_s = c.batches + 1, c.samples + n, c.wait_s + waited
+        self._consumer.received(n, now - asked, now - last)
+        if self.progress:
+            if self._bar is None:
+                self._bar = ProgressBar(self._consumer, self._epoch_samples)
+            self._bar.update(n)
+        return now
+
+    def _end_bar(self) -> None:
+        bar, self._bar = self._bar, None
+        if bar is not None:
+            bar.close()
 
     async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
         it = batches.__aiter__()
-        while True:
-            asked, cpu = time.perf_counter(), time.thread_time()
-            try:
-                batch = await it.__anext__()
-            except StopAsyncIteration:
-                return
-            self._received(batch, time.perf_counter() - asked, time.thread_time() - cpu)
-            yield batch
+        last = time.perf_counter()
+        try:
+            while True:
+                asked, cpu = time.perf_counter(), time.thread_time()
+                try:
+                    batch = await it.__anext__()
+                except StopAsyncIteration:
+                    return
+                last = self._received(batch, asked, last, time.thread_time() - cpu)
+                yield batch
+        finally:
+            self._end_bar()
 
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
@@ -258,6 +285,8 @@ class Loader:
         node = await ds.node()
         epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
         self.num_samples_yielded = 0
+        if self.progress:
+            self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
                                             drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
@@ -286,6 +315,7 @@ class Loader:
         batches = SyncIterator(portal(), lambda: self._open_epoch(count=False), maxsize=self.prefetch_batches)
         self._open_sync.add(batches)
         self.num_samples_yielded = 0
+        last = time.perf_counter()
         try:
             while True:
                 asked = time.perf_counter()
@@ -293,14 +323,15 @@ class Loader:
                     batch = next(batches)
                 except StopIteration:
                     return
-                self._received(batch, time.perf_counter() - asked)
+                last = self._received(batch, asked, last)
                 yield batch
         finally:
             batches.close()
+            self._end_bar()
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
-        return Stats.of(await (await self.dataset.node()).stats(), replace(self._consumer))
+        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy())
 
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""

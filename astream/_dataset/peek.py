@@ -13,6 +13,8 @@ reading ahead (later it would fetch bytes the download fetches anyway, and on a 
 is the bottleneck that costs throughput). Where it does not apply (the reader waits for
 the download, as before):
 
+- shards other than MDS (text formats, Parquet row groups, tars): they carry no header of
+  record offsets;
 - shards stored compressed on the remote (``zip_data``): there is no byte range to read;
 - streams with ``validate_hash``: the records would be handed out before the file that
   holds them could be checked;
@@ -38,6 +40,7 @@ import numpy.typing as npt
 
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
+from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
 from astream._storage.base import Storage, StorageOptions
 from astream._storage.config import RemoteConfig
@@ -122,7 +125,8 @@ class RemotePeek:
             folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
             for info in index.shards:
                 name = info.raw_data.basename
-                ok = usable and info.zip_data is None
+                # Only MDS shards carry their records' byte ranges in a header of their own.
+                ok = usable and info.zip_data is None and info.format == "mds"
                 out.append((join_url(s.remote, s.split, name), os.path.join(folder, name)) if ok else None)
         return out if any(x is not None for x in out) else None
 
@@ -222,6 +226,7 @@ class RemotePeek:
             for i in range(int(a), int(b)):
                 body[table[i] : table[i + 1]] = chunk[int(begin[i]) - base : int(end[i]) - base]
         layout = self._smap.layouts[shard]
+        assert isinstance(layout, RecordLayout)  # sources_of offers MDS shards only
         reader = ShardReader(body, layout, name=f"{url} (records read ahead of the download)", shard=shard,
                              expected_samples=n)
         return PeekedRecords(reader, wanted)

@@ -41,8 +41,9 @@ from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
+from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
-from astream._format.shard import ShardReader
+from astream._format.kinds import SampleSource
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -291,7 +292,7 @@ class EpochReader(AsyncResource):
             self._pages.release(int(self._lease_shard[lease]))
             await self._node.unpin(self._key(lease))
 
-    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> ShardReader | PeekedRecords:
+    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> SampleSource | PeekedRecords:
         if peeked and shard in peeked:
             return peeked[shard]
         return self._shards.get(shard, self._paths[shard])
@@ -337,14 +338,17 @@ class EpochReader(AsyncResource):
 
     async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any) -> Any:
         if self._steps is not None:
-            batch = (collate or collate_samples)(await self._samples(a, b, peeked))
+            with STAGES.timed("transform"):  # the steps read each sample and transform it
+                samples = await self._samples(a, b, peeked)
+            batch = STAGES.call("collate", collate or collate_samples, samples)
         elif collate is not None:
-            batch = collate(self._read_each(a, b, peeked))
+            batch = STAGES.call("collate", collate, STAGES.call("read", self._read_each, a, b, peeked))
         else:
-            batch = self._read_batch(a, b, peeked)
+            batch = STAGES.call("read", self._read_batch, a, b, peeked)
         if self._batch_transform is not None:
-            batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
-                                                                     self._batch_transform, batch)
+            with STAGES.timed("transform"):
+                batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
+                                                                         self._batch_transform, batch)
         return batch
 
     async def batches(

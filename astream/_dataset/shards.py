@@ -25,7 +25,7 @@ import numpy.typing as npt
 
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
-from astream._format.shard import ShardReader
+from astream._format.kinds import SampleSource, held_bytes, open_shard
 
 __all__ = ["RESIDENT_BUDGET", "OpenShards", "ResidentPages", "drop_pages", "leases_of"]
 
@@ -33,9 +33,11 @@ Int64Array = npt.NDArray[np.int64]
 
 # Bytes read from mapped shards after which their touched pages are handed back.
 RESIDENT_BUDGET = 32 << 20
+# Decoded row groups (Parquet) kept open at most, in bytes (the most recent one always).
+DECODED_BUDGET = 512 << 20
 
 
-def drop_pages(reader: ShardReader) -> None:
+def drop_pages(reader: SampleSource) -> None:
     """Unmap the pages of ``reader``'s file from this process (they stay in the page cache)."""
     buf = reader.buffer
     if isinstance(buf, mmap.mmap) and not buf.closed:
@@ -88,23 +90,24 @@ class OpenShards:
     def __init__(self, smap: SampleMap, max_open: int = 128) -> None:
         self._smap = smap
         self._max_open = max_open
-        self._open: OrderedDict[int, ShardReader] = OrderedDict()
+        self._open: OrderedDict[int, SampleSource] = OrderedDict()
+        self._held = 0  # bytes the open shards hold decoded
 
-    def get(self, shard: int, path: str) -> ShardReader:
+    def get(self, shard: int, path: str) -> SampleSource:
         reader = self._open.get(shard)
         if reader is not None:
             self._open.move_to_end(shard)
             return reader
         info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        reader = ShardReader.open(
-            path, self._smap.layouts[shard], shard=info.index, expected_samples=info.samples
-        )
+        reader = open_shard(path, self._smap.layouts[shard], info)
         drop_pages(reader)  # opening read the first chunk of record heads
         self._open[shard] = reader
-        while len(self._open) > self._max_open:
+        self._held += held_bytes(reader)
+        while len(self._open) > self._max_open or (self._held > DECODED_BUDGET and len(self._open) > 1):
             # Dropped, not closed: a batch being decoded may still use it; the mapping
             # goes with the last reference.
-            self._open.popitem(last=False)
+            _, old = self._open.popitem(last=False)
+            self._held -= held_bytes(old)
         return reader
 
     def drop_pages(self, shards: Iterable[int]) -> None:
@@ -117,6 +120,7 @@ class OpenShards:
     def close(self) -> None:
         readers = list(self._open.values())
         self._open.clear()
+        self._held = 0
         for reader in readers:
             with contextlib.suppress(Exception):
                 reader.close()

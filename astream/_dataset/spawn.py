@@ -22,6 +22,7 @@ import os
 import pickle
 import socket
 import threading
+import time
 from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
@@ -30,6 +31,7 @@ from astream._dataset.handoff import send_start, worker_start_at
 from astream._dataset.job import WorkerJob, produce
 from astream._dataset.slabs import SlabViews
 from astream._dataset.startup import WorkerStart, hidden_main
+from astream._dataset.timings import STAGES
 from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
 
 try:
@@ -73,6 +75,8 @@ def _process_main(
         nonlocal writer
         if writer is None:
             writer = await PipeWriter.open(conn, channel)
+        if msg[0] == "end":
+            msg = ("end", STAGES.take())  # this process's stage times reach the consumer's
         await writer.send(msg)
 
     async def main() -> None:
@@ -228,7 +232,13 @@ class ProcessWorker:
     def _recv(self, pool: PoolSide) -> tuple[str, Any] | None:
         wid, proc = self.wid, self.proc
         try:
+            self.conn.poll(None)  # the batch is on its way: from here it is transport
+            began = time.perf_counter()
             msg: tuple[str, Any] = recv_object(self.conn, self.channel, self.slabs)
+            if msg[0] == "batch":
+                STAGES.add("transport", time.perf_counter() - began)
+            elif msg[0] == "end" and isinstance(msg[1], dict):
+                STAGES.merge(msg[1])  # the worker's stage times, into this process's
         except TransportError as exc:
             if pool.stopping.is_set():
                 return None

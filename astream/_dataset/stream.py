@@ -1,4 +1,4 @@
-"""``Stream``: one source of samples (a remote and/or local MDS dataset) and its weight.
+"""``Stream``: one source of samples (a remote and/or local dataset) and its weight.
 
 A ``Stream`` holds configuration only (picklable, no I/O). Settings left as ``None``
 inherit the dataset's (``download_retry``, ``download_timeout``, ``validate_hash``,
@@ -21,7 +21,9 @@ from astream._storage.config import RemoteConfig
 from astream._storage.registry import configure
 from astream.errors import ConfigError
 
-__all__ = ["Stream", "default_cache_dir"]
+__all__ = ["FORMATS", "Stream", "default_cache_dir"]
+
+FORMATS = ("mds", "parquet", "webdataset")
 
 
 def default_cache_dir(remote: str) -> str:
@@ -52,6 +54,17 @@ class Stream:
         storage_options: settings of this remote's backend (endpoint, credentials, region,
             ``anonymous``, ``headers``, ``ca_bundle``, timeouts; see docs/storage.md), kept
             frozen (picklable); an unknown key is refused.
+        format: ``"mds"`` (a dataset with an index.json: MDS or MosaicML's text formats) or
+            ``"parquet"`` (a folder or prefix of Parquet files read in place, each row group
+            a shard) or ``"webdataset"`` (a folder or prefix of tars, plain or gzip, each tar
+            a shard; a sample is a dict of extension -> bytes). For these two ``local``
+            only caches and defaults to a per-remote folder; a local folder of files may
+            be given as ``remote`` or ``local``.
+        columns: the columns to read (Parquet only; default all): only their column
+            chunks are fetched.
+
+    A dataset's ``validate_hash`` is inherited by its MDS streams only (Parquet files and
+    tars have no digests in an index); given on a non-MDS stream it is refused.
 
     Raises:
         ConfigError: neither remote nor local, several weights at once, bad values.
@@ -68,10 +81,27 @@ class Stream:
     validate_hash: str | None = None
     keep_zip: bool | None = None
     storage_options: Mapping[str, Any] | RemoteConfig | None = None
+    format: str = "mds"
+    columns: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         if self.remote is None and self.local is None:
             raise ConfigError("a stream needs remote=, local=, or both (remote=None, local=None given)")
+        if self.format not in FORMATS:
+            raise ConfigError(f"format must be one of {', '.join(map(repr, FORMATS))}, got {self.format!r}")
+        if self.columns is not None:
+            if self.format != "parquet":
+                raise ConfigError(f"columns= selects Parquet columns; format={self.format!r} reads every column")
+            if isinstance(self.columns, str) or not all(isinstance(c, str) for c in self.columns) or not self.columns:
+                raise ConfigError(f"columns must be a non-empty list of column names, got {self.columns!r}")
+            object.__setattr__(self, "columns", tuple(self.columns))
+        if self.format != "mds":
+            if self.validate_hash is not None:
+                raise ConfigError(f"validate_hash does not apply to format={self.format!r} (its files carry no "
+                                  "digests in an index); leave it None")
+            if self.remote is None:  # a local folder of Parquet files: read in place, cached elsewhere
+                object.__setattr__(self, "remote", self.local)
+                object.__setattr__(self, "local", None)
         for name in ("remote", "local", "split"):
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
@@ -132,6 +162,7 @@ class Stream:
             local=self.local_dir,
             download_retry=self.download_retry if self.download_retry is not None else download_retry,
             download_timeout=self.download_timeout if self.download_timeout is not None else download_timeout,
-            validate_hash=self.validate_hash if self.validate_hash is not None else validate_hash,
+            validate_hash=(self.validate_hash if self.validate_hash is not None or self.format != "mds"
+                           else validate_hash),
             keep_zip=self.keep_zip if self.keep_zip is not None else keep_zip,
         )

@@ -17,10 +17,15 @@ from typing import Any
 
 from astream.errors import IndexFormatError
 
-__all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo"]
+__all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
 
 INDEX_NAME = "index.json"
-_FORMATS = ("mds", "json", "csv", "tsv", "xsv")
+_FORMATS = ("mds", "json", "csv", "tsv", "xsv", "parquet", "webdataset")
+# Formats whose shards are read in place from a source file (byte ranges of it), not
+# written by a writer: their index is built by astream from the files themselves.
+_SOURCED = ("parquet",)
+# Formats whose shard is one file (the text formats add a .meta file).
+_ONE_FILE = ("mds", "webdataset", *_SOURCED)
 # Keys of a shard entry that describe files or counts; every other key is writer config.
 _FILE_KEYS = ("raw_data", "zip_data", "raw_meta", "zip_meta")
 
@@ -110,6 +115,49 @@ class FileInfo:
 
 
 @dataclass(frozen=True)
+class SourceRanges:
+    """Where a shard's file comes from when it is not a file of its own (a Parquet row group).
+
+    The shard's data file is the concatenation of ``ranges`` (``[start, end)`` byte ranges,
+    in order) of the source file ``file`` (relative to the dataset root). ``file_bytes`` and
+    ``etag`` are the source file's size and version when the index was built, and
+    ``last_xxh64`` the xxh64 digest of the last range (the file's footer), so a changed
+    file is noticed when the shard is fetched.
+    """
+
+    file: str
+    file_bytes: int
+    etag: str | None
+    ranges: tuple[tuple[int, int], ...]
+    last_xxh64: str
+
+    @classmethod
+    def from_json(cls, obj: Any, where: str, source: str) -> SourceRanges:
+        f = _Fields(obj, where, source)
+        file = _check_basename(f.str_("file") or "", f, "file")
+        size = f.int_("file_bytes")
+        etag = f.str_("etag", nullable=True)
+        raw = f.get("ranges")
+        if not isinstance(raw, list) or not raw or not all(
+            isinstance(r, list) and len(r) == 2 and all(isinstance(x, int) and not isinstance(x, bool) for x in r)
+            and 0 <= r[0] <= r[1] <= (size or 0) for r in raw
+        ):
+            raise f.fail("ranges", f"must list [start, end] byte ranges inside the file's {size} bytes, got {raw!r}")
+        digest = f.str_("last_xxh64") or ""
+        assert size is not None
+        return cls(file, size, etag, tuple((int(a), int(b)) for a, b in raw), digest)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"etag": self.etag, "file": self.file, "file_bytes": self.file_bytes,
+                "last_xxh64": self.last_xxh64, "ranges": [list(r) for r in self.ranges]}
+
+    @property
+    def nbytes(self) -> int:
+        """Bytes of the shard's file (the ranges together)."""
+        return sum(b - a for a, b in self.ranges)
+
+
+@dataclass(frozen=True)
 class ShardInfo:
     """One shard entry of index.json.
 
@@ -132,6 +180,7 @@ class ShardInfo:
     config: Mapping[str, Any]
     raw_meta: FileInfo | None = None
     zip_meta: FileInfo | None = None
+    source: SourceRanges | None = None
 
     @property
     def stored(self) -> FileInfo:
@@ -165,7 +214,7 @@ class ShardInfo:
         if compression is None and zip_data is not None:
             raise f.fail("zip_data", "describes a compressed file although compression is null")
         raw_meta = zip_meta = None
-        if fmt != "mds":
+        if fmt not in _ONE_FILE:
             raw_meta = FileInfo.from_json(f.get("raw_meta"), f"{where}.raw_meta", source)
             zm = f.get("zip_meta", required=False)
             zip_meta = None if zm is None else FileInfo.from_json(zm, f"{where}.zip_meta", source)
@@ -196,11 +245,18 @@ class ShardInfo:
             else:
                 sizes = (None,) * len(names)
         size_limit = f.int_("size_limit", nullable=True, required=False)
-        config = {k: v for k, v in f.obj.items() if k not in (*_FILE_KEYS, "samples")}
+        source_ranges = None
+        if fmt in _SOURCED:
+            source_ranges = SourceRanges.from_json(f.get("source"), f"{where}.source", source)
+            if source_ranges.nbytes != raw_data.bytes or compression is not None:
+                raise f.fail("source", f"ranges hold {source_ranges.nbytes} bytes, raw_data {raw_data.bytes} "
+                                       f"(and compression must be null)")
+        config = {k: v for k, v in f.obj.items() if k not in (*_FILE_KEYS, "samples", "source")}
         return cls(
             index=position, format=fmt, samples=samples, raw_data=raw_data, zip_data=zip_data,
             compression=compression, hashes=hashes, column_names=names, column_encodings=encodings,
             column_sizes=sizes, size_limit=size_limit, config=config, raw_meta=raw_meta, zip_meta=zip_meta,
+            source=source_ranges,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -209,7 +265,9 @@ class ShardInfo:
         obj["samples"] = self.samples
         obj["raw_data"] = self.raw_data.to_json()
         obj["zip_data"] = None if self.zip_data is None else self.zip_data.to_json()
-        if self.format != "mds":
+        if self.source is not None:
+            obj["source"] = self.source.to_json()
+        elif self.format not in _ONE_FILE:
             obj["raw_meta"] = None if self.raw_meta is None else self.raw_meta.to_json()
             obj["zip_meta"] = None if self.zip_meta is None else self.zip_meta.to_json()
         return dict(sorted(obj.items()))

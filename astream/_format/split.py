@@ -138,6 +138,11 @@ class TextShardReader:
         """Size of the uncompressed data file in bytes."""
         return len(self._data)
 
+    @property
+    def buffer(self) -> bytes | bytearray | mmap.mmap:
+        """The data file's buffer (its pages are what reading touches)."""
+        return self._data
+
     def record(self, index: int) -> bytes:
         """The raw bytes of sample ``index`` in the data file (its line)."""
         i = self._check(index)

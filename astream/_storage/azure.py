@@ -15,7 +15,9 @@ Credentials, first found wins: ``storage_options`` (``connection_string``;
 ``account_name`` with ``account_key`` or ``sas_token``; ``anonymous=True`` for a public
 container), ``AZURE_STORAGE_CONNECTION_STRING``, MosaicML's ``AZURE_ACCOUNT_NAME`` with
 ``AZURE_ACCOUNT_ACCESS_KEY``, and ``DefaultAzureCredential`` when azure-identity is
-installed. ``endpoint_url`` overrides ``https://<account>.blob.core.windows.net``.
+installed (its token fetched under astream's retry policy too). ``endpoint_url``
+overrides ``https://<account>.blob.core.windows.net``; ``ca_bundle`` trusts a private CA
+(reads and uploads share the session that checks it).
 """
 
 from __future__ import annotations
@@ -68,7 +70,8 @@ class AzureStorage(HttpStorage):
 
     schemes = ("azure",)
     option_keys = frozenset(
-        {"account_name", "account_key", "connection_string", "sas_token", "endpoint_url", "anonymous", "credential"}
+        {"account_name", "account_key", "connection_string", "sas_token", "endpoint_url", "anonymous", "credential",
+         "ca_bundle"}
     )
     credentials_hint = _HINT
 
@@ -155,10 +158,23 @@ class AzureStorage(HttpStorage):
     async def _token(self) -> str:
         now = time.time()
         if self._bearer is None or self._bearer[1] - now < 300:
-            try:
-                token = await self._token_credential.get_token("https://storage.azure.com/.default")
-            except Exception as exc:  # azure-identity raises its own CredentialUnavailableError & co
-                raise AccessDeniedError(f"azure://: no usable Azure credentials ({type(exc).__name__}: {exc}); {_HINT}") from exc
+            exc_mod, where = self._exc, "azure-identity token"
+
+            async def attempt(n: int) -> Any:
+                try:
+                    return await self._token_credential.get_token("https://storage.azure.com/.default")
+                except (exc_mod.ServiceRequestError, exc_mod.ServiceResponseError, aiohttp.ClientError,
+                        ConnectionError) as exc:
+                    raise Transient(f"{type(exc).__name__}: {exc}") from exc
+                except Exception as exc:  # CredentialUnavailableError, ClientAuthenticationError & co
+                    # DefaultAzureCredential has tried its chain (a managed identity's endpoint is
+                    # retried by azure-identity itself, and the chain drops the HTTP status), so
+                    # what reaches here is a refusal or no credential at all: not retried.
+                    raise AccessDeniedError(
+                        f"azure://: no usable Azure credentials ({type(exc).__name__}: {exc}); {_HINT}"
+                    ) from exc
+
+            token = await with_retries(where, attempt, self.options, self.events)
             self._bearer = (token.token, float(token.expires_on))
         return self._bearer[0]
 

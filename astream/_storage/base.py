@@ -268,6 +268,17 @@ class Storage(AsyncResource, abc.ABC):
 
         raise UsageError(f"{url}: {type(self).__name__} cannot report an object's size and etag")
 
+    async def list_objects(self, url: str) -> list[tuple[str, ObjectInfo]]:
+        """Every object under the folder or prefix ``url``, by name relative to it (``a/b.parquet``).
+
+        Raises:
+            RemoteNotFoundError: there is no such folder (a prefix with no objects is empty).
+            UsageError: the backend cannot list (the base class; HTTP servers cannot).
+        """
+        from astream.errors import UsageError
+
+        raise UsageError(f"{url}: {type(self).__name__} cannot list a folder")
+
     @abc.abstractmethod
     async def put(self, local_path: str, url: str) -> None:
         """Upload the file ``local_path`` to ``url`` (retried like downloads).

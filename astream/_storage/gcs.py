@@ -4,7 +4,8 @@ Reads are HTTP GETs of the JSON API's media URL (``.../o/<object>?alt=media``) t
 :class:`HttpStorage`, so a download streams ranged reads into the sink under astream's
 own retry, timeout, Range-resume and throttling policy (GCS answers 429/503 when it
 sheds load) with astream's aiohttp session. ``gcloud-aio-storage`` (aiohttp-based, on
-the same session) supplies the OAuth token and does the uploads.
+the same session) does the uploads; gcloud-aio-auth's credentials make the OAuth token,
+fetched under the same retry policy (``gcs_auth.py``), never the library's own.
 
 Credentials, first found wins:
 
@@ -15,7 +16,7 @@ Credentials, first found wins:
 3. ``GOOGLE_APPLICATION_CREDENTIALS``.
 4. ``GCS_KEY`` and ``GCS_SECRET`` (HMAC keys, as MosaicML Streaming users set them).
 5. Application-default credentials (``gcloud auth application-default login``, or the
-   metadata server of a GCE/GKE machine).
+   metadata server of a GCE/GKE/TPU machine; ``GCE_METADATA_HOST`` names another one).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ import aiohttp
 
 from astream._storage.base import ObjectInfo, Storage, StorageOptions, TransferEvents, Transient, with_retries
 from astream._storage.config import RemoteConfig
+from astream._storage.gcs_auth import GoogleToken
 from astream._storage.http import _NETWORK_ERRORS, HttpStorage, status_error
 from astream._storage.s3 import S3Storage
 from astream.errors import AccessDeniedError, MissingExtraError, UsageError
@@ -39,6 +41,7 @@ __all__ = ["GcsHmacStorage", "GcsStorage", "gcs_storage", "split_gs_url"]
 OPTION_KEYS = frozenset({"endpoint_url", "anonymous", "service_file", "token", "hmac_key", "hmac_secret", "project"})
 _PUBLIC_API = "https://storage.googleapis.com"
 _S3_ENDPOINT = "https://storage.googleapis.com"
+_UNUSED_TOKEN = object()
 _HINT = (
     "set GOOGLE_APPLICATION_CREDENTIALS to a service-account file, or GCS_KEY and GCS_SECRET to HMAC keys, "
     "or run `gcloud auth application-default login`; a public bucket: storage_options={'anonymous': True}"
@@ -100,21 +103,19 @@ class GcsStorage(HttpStorage):
         self._static_token = config.text("token", "gs://")
         self._service_file = config.text("service_file", "gs://")
         self._client: Any = None
+        self._token: GoogleToken | None = None
 
     def _gcs(self) -> Any:
-        """gcloud-aio-storage's client, on astream's session (made on first use)."""
-        if self._client is None:
-            token = None
-            if not self._anonymous and self._static_token is None:
-                from gcloud.aio.auth import Token
+        """gcloud-aio-storage's client, on astream's session (made on first use).
 
-                token = Token(
-                    service_file=self._service_file, session=self._get_session(),  # type: ignore[arg-type]
-                    scopes=["https://www.googleapis.com/auth/devstorage.read_write"],
-                )
+        It never fetches a token itself (``api_is_dev``: no Authorization of its own): every
+        upload carries the header of :meth:`_auth`, whose token is fetched under astream's
+        retry policy rather than the client's tenacity loop.
+        """
+        if self._client is None:
+            # A token object it never asks (api_is_dev), so it does not read credential files itself.
             self._client = self._gcloud.Storage(
-                session=self._get_session(), token=token, api_root=self._api,
-                api_is_dev=self._anonymous or self._static_token is not None,
+                session=self._get_session(), api_root=self._api, api_is_dev=True, token=_UNUSED_TOKEN
             )
         return self._client
 
@@ -123,11 +124,14 @@ class GcsStorage(HttpStorage):
             return {}
         if self._static_token is not None:
             return {"Authorization": f"Bearer {self._static_token}"}
-        try:
-            token = await self._gcs().token.get()
-        except (aiohttp.ClientError, OSError, ValueError, KeyError, RuntimeError) as exc:
-            raise AccessDeniedError(f"gs://: no usable Google credentials ({type(exc).__name__}: {exc}); {_HINT}") from exc
-        return {"Authorization": f"Bearer {token}"}
+        if self._token is None:
+            try:
+                self._token = GoogleToken(self._service_file, self._get_session(), self.options, self.events, _HINT)
+            except (OSError, ValueError, KeyError) as exc:  # an unreadable or malformed credentials file
+                raise AccessDeniedError(
+                    f"gs://: the Google credentials file cannot be used ({type(exc).__name__}: {exc}); {_HINT}"
+                ) from exc
+        return {"Authorization": f"Bearer {await self._token.get()}"}
 
     def _object_url(self, url: str) -> str:
         bucket, name = split_gs_url(url)
@@ -158,13 +162,13 @@ class GcsStorage(HttpStorage):
     async def put(self, local_path: str, url: str) -> None:
         bucket, name = split_gs_url(url)
         client = self._gcs()
-        headers = await self._auth() if self._static_token is not None else None
+        headers = await self._auth()
 
         async def attempt(n: int) -> None:
             try:
                 with open(local_path, "rb") as fh:  # noqa: ASYNC230 - the client reads it in chunks
                     await client.upload(
-                        bucket, name, fh, headers=dict(headers or {}), content_type="application/octet-stream",
+                        bucket, name, fh, headers=dict(headers), content_type="application/octet-stream",
                         timeout=int(self.options.timeouts.download) + 1,
                     )
             except aiohttp.ClientResponseError as exc:

@@ -194,6 +194,27 @@ class LocalStorage(Storage):
             raise _translate(url, exc) from exc
         return ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")
 
+    async def list_objects(self, url: str) -> list[tuple[str, ObjectInfo]]:
+        root = local_path_of(url)
+
+        def walk() -> list[tuple[str, ObjectInfo]]:
+            out = []
+            for folder, dirs, files in os.walk(root):
+                dirs.sort()
+                for name in files:
+                    path = os.path.join(folder, name)
+                    st = os.stat(path)
+                    rel = os.path.relpath(path, root).replace(os.sep, "/")
+                    out.append((rel, ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")))
+            return sorted(out)
+
+        if not await aiofiles.os.path.isdir(root):
+            raise _translate(url, FileNotFoundError(errno.ENOENT, "no such directory", root))
+        try:
+            return await asyncio.get_running_loop().run_in_executor(None, walk)
+        except OSError as exc:
+            raise _translate(url, exc) from exc
+
     async def put(self, local_path: str, url: str) -> None:
         dest = local_path_of(url)
         tmp = f"{dest}.{os.getpid()}.{os.urandom(4).hex()}.tmp"

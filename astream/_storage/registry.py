@@ -71,7 +71,8 @@ _S3_KEYS = frozenset(
 )
 _GCS_KEYS = frozenset({"endpoint_url", "anonymous", "service_file", "token", "hmac_key", "hmac_secret", "project"})
 _AZURE_KEYS = frozenset(
-    {"account_name", "account_key", "connection_string", "sas_token", "endpoint_url", "anonymous", "credential"}
+    {"account_name", "account_key", "connection_string", "sas_token", "endpoint_url", "anonymous", "credential",
+     "ca_bundle"}
 )
 _HF_KEYS = frozenset({"token", "endpoint", "headers", "ca_bundle"})
 

@@ -349,6 +349,28 @@ class S3Storage(Storage):
 
         return await with_retries(url, attempt, self.options, self.events)
 
+    async def list_objects(self, url: str) -> list[tuple[str, ObjectInfo]]:
+        client = await self._get_client()
+        bucket, key = self.split(url)
+        prefix = key.rstrip("/") + "/" if key.strip("/") else ""
+
+        async def attempt(n: int) -> list[tuple[str, ObjectInfo]]:
+            out: list[tuple[str, ObjectInfo]] = []
+            token: str | None = None
+            try:
+                while True:
+                    extra = {"ContinuationToken": token} if token else {}
+                    page = await client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra, **self._extra(bucket))
+                    out.extend((obj["Key"][len(prefix):], ObjectInfo(int(obj["Size"]), obj.get("ETag")))
+                               for obj in page.get("Contents", ()))
+                    token = page.get("NextContinuationToken")
+                    if not page.get("IsTruncated") or not token:
+                        return sorted(out)
+            except Exception as exc:
+                raise self._translate(url, exc) from exc
+
+        return await with_retries(url, attempt, self.options, self.events)
+
     async def put(self, local_path: str, url: str) -> None:
         client = await self._get_client()
         bucket, key = self.split(url)

@@ -18,6 +18,7 @@ import contextlib
 import errno
 import os
 import threading
+import time
 from concurrent.futures import Executor
 from typing import BinaryIO, Protocol
 
@@ -104,6 +105,7 @@ class BufferedSink:
         self._serial = threading.Lock()
         self._busy = False
         self._aborted = False
+        self.busy_s = 0.0  # seconds its jobs ran in the executor (the cache's decode stage)
 
     @property
     def received(self) -> int:
@@ -160,9 +162,11 @@ class BufferedSink:
                     if self._aborted:
                         return
                     self._busy = True
+                start = time.perf_counter()
                 try:
                     fn(*args)  # type: ignore[operator]
                 finally:
+                    self.busy_s += time.perf_counter() - start
                     with self._lock:
                         self._busy = False
                         if self._aborted:

@@ -1,4 +1,4 @@
-"""The ``astream`` command: inspect, convert, verify, serve and benchmark MDS datasets.
+"""The ``astream`` command: inspect, plan, convert, verify, serve and benchmark MDS datasets.
 
 Each subcommand lives in its own module (``_inspect``, ``_convert``, ...) with an
 ``add_parser(subparsers, common)`` that declares its arguments and a ``run(args)`` that
@@ -16,8 +16,10 @@ from typing import NoReturn
 
 from astream.cli._bench import add_parser as _add_bench
 from astream.cli._convert import add_parser as _add_convert
+from astream.cli._index import add_parser as _add_index
 from astream.cli._inspect import add_parser as _add_inspect
 from astream.cli._output import CommandError
+from astream.cli._plan import add_parser as _add_plan
 from astream.cli._serve import add_parser as _add_serve
 from astream.cli._verify import add_parser as _add_verify
 from astream.errors import AstreamError, ConfigError
@@ -42,7 +44,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the full traceback of an error")
     parser = _Parser(prog="astream", description="Stream MDS datasets without torch.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_parser in (_add_inspect, _add_convert, _add_verify, _add_serve, _add_bench):
+    for add_parser in (_add_inspect, _add_plan, _add_convert, _add_verify, _add_serve, _add_bench, _add_index):
         add_parser(sub, common)
     demo = sub.add_parser("demo", parents=[common], help="write a small dataset, inspect it, stream it and resume")
     demo.add_argument("--dir", default=".demo", help="where to write the demo dataset (default: .demo)")

@@ -45,6 +45,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--limit", type=int, help="stop after this many samples (default: one epoch)")
     p.add_argument("--cache-limit", help="cache size limit, e.g. 1gb")
     p.add_argument("--validate-hash", metavar="ALGO", help="check every downloaded shard with this hash")
+    p.add_argument("--step-time", type=float, default=None, metavar="SECONDS",
+                   help="simulate an accelerator: sleep this long per batch and report its utilisation")
     p.add_argument("--json", action="store_true", help="print the results as JSON")
     p.set_defaults(func=run)
 
@@ -73,6 +75,7 @@ def _stream(args: argparse.Namespace, remote: str | None, local: str) -> dict[st
         target = epoch if args.limit is None else min(args.limit, epoch)
         samples = batches = 0
         first_batch_s = None
+        compute = 0.0
         start = time.perf_counter()
         batches_iter = iter(loader)
         try:
@@ -86,10 +89,15 @@ def _stream(args: argparse.Namespace, remote: str | None, local: str) -> dict[st
                     bar.update(n)
                     if samples >= target:
                         break
+                    if args.step_time:
+                        began = time.perf_counter()
+                        time.sleep(args.step_time)  # the accelerator's step
+                        compute += time.perf_counter() - began
         finally:
             batches_iter.close()  # type: ignore[attr-defined]
         elapsed = time.perf_counter() - start
         stats = portal().call(_node_stats(ds))
+        consumer = loader.stats()
         raw_per_sample = sum(sh.raw_data.bytes for i in ds.indexes for sh in i.shards) / max(1, ds.size)
     finally:
         ds.close()
@@ -110,6 +118,12 @@ def _stream(args: argparse.Namespace, remote: str | None, local: str) -> dict[st
         "bytes_downloaded": downloaded, "shards_downloaded": int(provider.get("shards_downloaded", 0)),
         "retries": int(provider.get("retries", 0)),
         "peak_rss_bytes": _peak_rss(),
+        "wait_p50_s": consumer.wait_p50_s, "wait_p99_s": consumer.wait_p99_s, "readiness": round(consumer.readiness, 4),
+        "stall": round(consumer.stall, 4), "step_time_s": args.step_time,
+        # From the first batch on (the first batch's wait is reported above).
+        "accelerator_utilisation": (round(compute / (elapsed - first_batch_s), 4)
+                                    if args.step_time and first_batch_s is not None and elapsed > first_batch_s
+                                    else None),
     }
 
 
@@ -119,6 +133,8 @@ def run(args: argparse.Namespace) -> int:
         value = getattr(args, name)
         if value is not None and value < 1:
             raise CommandError(f"--{name.replace('_', '-')} must be at least 1, got {value}", 2)
+    if args.step_time is not None and args.step_time < 0:
+        raise CommandError(f"--step-time must be 0 or more seconds, got {args.step_time}", 2)
     if args.workers < 0:
         raise CommandError(f"--workers must be 0 or more, got {args.workers}", 2)
     # Never the dataset folder itself by default: streaming decompresses shards into the
@@ -143,6 +159,11 @@ def run(args: argparse.Namespace) -> int:
     print(f"cache          {'-' if rate is None else f'{rate:.1%}'} hit rate ({result['cache_hits']} of "
           f"{result['shard_requests']} shard requests); {result['shards_downloaded']} shards, "
           f"{format_size(result['bytes_downloaded'])} downloaded, {result['retries']} retries")
+    print(f"next() waits   p50 {result['wait_p50_s'] * 1e3:.2f} ms, p99 {result['wait_p99_s'] * 1e3:.2f} ms; "
+          f"{result['readiness']:.0%} answered at once; stalled {result['stall']:.0%} of the time")
+    if result["accelerator_utilisation"] is not None:
+        print(f"accelerator    {result['accelerator_utilisation']:.1%} busy at {args.step_time * 1e3:g} ms per step "
+              "(from the first batch on)")
     print(f"peak RSS       {format_size(result['peak_rss_bytes'])} (this process, with the node agent; "
           "not the worker processes)")
     return 0

@@ -119,6 +119,17 @@ def _listed_parts(local: str) -> list[int]:
     return sorted(int(m.group(1)) for m in map(_PART.match, names) if m)
 
 
+def _folder_indexes(local: str) -> list[str]:
+    """Every index.json below ``local`` but its own, sorted by path as MosaicML lists them."""
+    root = os.path.abspath(local)
+    found = []
+    for here, folders, files in os.walk(root):
+        folders[:] = [f for f in folders if f != STAGING_DIR]  # unfinished attempts of astream's own parts
+        if here != root and INDEX_NAME in files:
+            found.append(os.path.join(here, INDEX_NAME))
+    return sorted(found)
+
+
 async def _read_parts(root: str, ids: Sequence[int] | None, timeout: float) -> dict[int, Index]:
     """Part indexes under ``root``: the given ids, or probed window by window until none answer."""
     import asyncio
@@ -147,11 +158,20 @@ def _recover(out: Out, keep_local: bool, timeout: float) -> str:
     if remote is None:
         assert local is not None
         ids = _listed_parts(local)
+        if not ids:
+            # MosaicML's own root form: sub-folders of any name, each an MDS dataset a
+            # writer of a parallel conversion left there (its docs' Pool example).
+            found = _folder_indexes(local)
+            if found:
+                return _from_index_urls(found, local, keep_local, timeout)
         indexes = run_loop(_read_parts(local, ids, timeout))
     else:
         indexes = run_loop(_read_parts(remote, None, timeout))
     if not indexes:
-        raise IndexFormatError(f"merge_index: no part-NNNNN/index.json under {remote or local}; "
+        # A local root is also searched for MosaicML's sub-folders; a remote one is probed
+        # for parts only (listing a bucket is not part of the storage protocol).
+        what = "part-NNNNN/index.json" if remote is not None else "part-NNNNN/index.json nor any sub-folder's index.json"
+        raise IndexFormatError(f"merge_index: no {what} under {remote or local}; "
                                "did the conversion write any partition there?")
     missing = sorted(set(range(max(indexes) + 1)) - set(indexes))
     if missing:

@@ -14,7 +14,9 @@ image     ``binaryFile`` data source   ``ray.data.read_binary_files`` one partit
 Images come as two columns, ``path`` (str) and ``image`` (the file's bytes, stored as
 ``bytes``; give ``columns={"image": "jpeg"}`` or ``"pil"`` to have them decoded). Remote
 URLs (``s3://...``) are read by the engine's own file systems (Spark's ``s3a://`` with
-hadoop-aws, pyarrow's S3 for Ray, s3fs for Dask).
+hadoop-aws, pyarrow's S3 for Ray, s3fs for Dask). For Ray, ``S3_ENDPOINT_URL`` (the variable
+astream's own S3 backend and MosaicML Streaming read) names the endpoint of an
+S3-compatible store; pyarrow alone would only look at ``AWS_ENDPOINT_URL``.
 """
 
 from __future__ import annotations
@@ -69,10 +71,13 @@ def read_files(engine: str, paths: Sequence[str], fmt: str, session: Any = None)
     if engine == "ray":
         import ray.data
 
+        fs: dict[str, Any] = {}
+        if fmt != "image":
+            paths, fs = _arrow_s3(paths)
         if fmt == "parquet":
-            return ray.data.read_parquet(paths)
+            return ray.data.read_parquet(paths, **fs)
         if fmt == "jsonl":
-            return ray.data.read_json(paths, lines=True) if _takes_lines() else ray.data.read_json(paths)
+            return ray.data.read_json(paths, lines=True, **fs) if _takes_lines() else ray.data.read_json(paths, **fs)
         data = ray.data.read_binary_files(_image_files(paths), include_paths=True)
         return data.rename_columns({"bytes": "image"})
     if engine == "dask":
@@ -84,6 +89,23 @@ def read_files(engine: str, paths: Sequence[str], fmt: str, session: Any = None)
             return dd.read_json(paths, lines=True, blocksize=None)
         return _dask_images(_image_files(paths))
     raise ConfigError(f"engine {engine!r}: use spark, ray or dask")
+
+
+def _arrow_s3(paths: list[str]) -> tuple[list[str], dict[str, Any]]:
+    """``s3://`` inputs with ``S3_ENDPOINT_URL`` set: pyarrow's S3 file system pointed at it.
+
+    Returns the paths (without the scheme when a file system is given) and the keyword
+    arguments for Ray's readers. The file system travels to the read tasks pickled.
+    """
+    endpoint = os.environ.get("S3_ENDPOINT_URL")
+    if not endpoint or not paths or not all(p.startswith("s3://") for p in paths):
+        return paths, {}
+    from pyarrow import fs
+
+    region = os.environ.get("AWS_REGION") or os.environ.get("AWS_DEFAULT_REGION") or "us-east-1"
+    scheme = "https" if endpoint.startswith("https://") else "http"
+    store = fs.S3FileSystem(endpoint_override=endpoint, scheme=scheme, region=region)
+    return [p[len("s3://"):] for p in paths], {"filesystem": store}
 
 
 def _takes_lines() -> bool:

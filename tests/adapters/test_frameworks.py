@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-from adapterkit import HERE, run_job, write_dataset
+from adapterkit import HERE, SAMPLES, run_job, write_dataset
 
 from astream.testing import free_port
 
@@ -202,3 +202,37 @@ def test_device_prefetch_makes_one_global_array_of_the_processes_batches(tmp_pat
             assert [i for _, _, part in sorted(shards, key=lambda s: s[1]) for i in part] == local
     ids = [i for out in outs for batch in out["local"] for i in batch]
     assert len(ids) == len(set(ids))  # the ranks' batches are disjoint parts of the epoch
+
+
+@pytest.mark.slow
+def test_keras_data_parallel_over_two_processes_trains_each_process_on_its_own_batches(tmp_path: Path) -> None:
+    """Keras 3 multi-process (JAX backend): ``jax.distributed`` gives astream its world, each
+    process's StreamingPyDataset yields that process's batches, DataParallel
+    (``auto_shard_dataset=False``) joins them, and together they cover the epoch once."""
+    for module in ("jax", "keras"):
+        if importlib.util.find_spec(module) is None:
+            pytest.skip(f"{module} is not installed")
+    data = write_dataset(tmp_path / "ds")
+    port = str(free_port())
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE")}
+    env.update({"PYTHONPATH": os.pathsep.join([str(HERE), os.environ.get("PYTHONPATH", "")]), "JAX_PLATFORMS": "cpu",
+                "TF_CPP_MIN_LOG_LEVEL": "2"})
+    env.pop("XLA_FLAGS", None)  # one CPU device per process
+    procs = [subprocess.Popen([sys.executable, str(HERE / "keras_dist_job.py"), str(process), port, str(data),
+                               str(tmp_path / f"cache{process}")], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=env) for process in range(2)]
+    outs = []
+    for proc in procs:
+        stdout, stderr = proc.communicate(timeout=120)
+        assert proc.returncode == 0, stderr[-3000:]
+        outs.append(json.loads(stdout.strip().splitlines()[-1]))
+    for out in outs:
+        assert out["world"] == [out["process"], 2, 2]  # from jax.distributed: one process per host
+        assert out["devices"] == [2, 1]
+        assert "auto_shard_dataset = False" in out["auto_shard_error"]
+        assert out["trained"] == out["planned"]  # this process's batches, in the loader's order
+        assert {tuple(b) for b in out["received"]} == {tuple(b) for b in out["planned"]}
+    assert len(outs[0]["trained"]) == len(outs[1]["trained"])  # one global step per pair of batches
+    ids = sorted(i for out in outs for batch in out["trained"] for i in batch)
+    assert ids == list(range(SAMPLES))  # disjoint, and the whole epoch exactly once
+    assert outs[0]["weights"] == outs[1]["weights"]  # one model, trained on the global batches

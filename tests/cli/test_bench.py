@@ -44,6 +44,22 @@ def test_bench_a_local_dataset_with_workers_leaves_it_untouched(main: Run, datas
     assert sorted(p.name for p in dataset.iterdir()) == before  # decompressed into a temporary cache
 
 
+def test_bench_simulates_an_accelerator(main: Run, dataset: Path) -> None:
+    result = main("bench", str(dataset), "--batch-size", "10", "--step-time", "0.002", "--json")
+    assert result.returncode == 0, result.stderr
+    figures = json.loads(result.stdout)
+    assert figures["step_time_s"] == 0.002
+    # it slept (NUM_SAMPLES / 10 - 1) steps of at least 2 ms: the wall time holds them
+    assert figures["seconds"] >= (NUM_SAMPLES // 10 - 1) * 0.002
+    assert 0.0 < figures["accelerator_utilisation"] <= 1.0
+    assert 0.0 <= figures["stall"] <= 1.0
+    assert figures["wait_p50_s"] <= figures["wait_p99_s"]
+    text = main("bench", str(dataset), "--batch-size", "10", "--step-time", "0.001")
+    assert "accelerator " in text.stdout
+    assert "next() waits" in text.stdout
+    assert_one_line_error(main("bench", str(dataset), "--step-time", "-1"), 2, "--step-time")
+
+
 def test_bench_errors(cli: Run, main: Run, dataset: Path) -> None:
     assert_one_line_error(cli("bench", str(dataset), "--batch-size", "0"), 2, "--batch-size")
     assert_one_line_error(main("bench", str(dataset), "--workers", "-1"), 2, "--workers")

@@ -139,3 +139,22 @@ def test_every_public_name_resolves() -> None:
         assert getattr(convert, name) is not None, name
     with pytest.raises(AttributeError):
         _ = convert.nothing_here  # type: ignore[attr-defined]
+
+
+def test_a_root_of_mosaicml_writer_folders_merges_in_their_listed_order(tmp_path: Path) -> None:
+    """MosaicML's ``merge_index(out_root)``: sub-folders of any name, each written by an
+    ``MDSWriter`` of a parallel conversion, merged in sorted path order (``10`` before ``2``)."""
+    from astream import MDSWriter
+
+    out = tmp_path / "ds"
+    for group in (2, 10, 0):
+        with MDSWriter(out=str(out / str(group)), columns={"n": "int"}, size_limit=64) as writer:
+            for n in range(group * 100, group * 100 + 3):
+                writer.write({"n": n})
+    (out / ".astream-staging" / "part-00000-dead").mkdir(parents=True)  # an unfinished attempt: not a part
+    (out / ".astream-staging" / "part-00000-dead" / "index.json").write_text('{"version": 2, "shards": []}')
+    merge_index(str(out))
+    ds = LocalDataset(str(out))
+    assert [ds[i]["n"] for i in range(len(ds))] == [0, 1, 2, 1000, 1001, 1002, 200, 201, 202]
+    with pytest.raises(IndexFormatError, match="sub-folder"):
+        merge_index(str(tmp_path / "ds" / "0"))

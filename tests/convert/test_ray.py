@@ -90,3 +90,15 @@ def test_cli_ray_engine(ray_session: Any, parquet_dir: Path, tmp_path: Path) -> 
     assert main(["convert", str(parquet_dir), "-o", str(out), "--engine", "ray", "--parts", "2", "-q",
                  "--compression", "zstd"]) == 0
     check_samples(iter(LocalDataset(str(out))), ROWS)
+
+
+def test_parquet_input_in_a_bucket(ray_session: Any, s3: Any, parquet_dir: Path, tmp_path: Path) -> None:
+    from astream.convert import MDSDatasink
+    from astream.convert.sources import read_files
+
+    s3.create_bucket(Bucket="ray-input")
+    for f in sorted(parquet_dir.glob("*.parquet")):
+        s3.put_object(Bucket="ray-input", Key=f"in/{f.name}", Body=f.read_bytes())
+    out = str(tmp_path / "from-bucket")
+    read_files("ray", ["s3://ray-input/in/"], "parquet").write_datasink(MDSDatasink(out, size_limit=2000))
+    check_samples(iter(LocalDataset(out)), ROWS)

@@ -24,25 +24,28 @@ def main() -> None:
     parser.add_argument("--batch-size", type=int, default=4)
     parser.add_argument("--take", type=int, default=None, help="stop after this many batches and save state")
     parser.add_argument("--resume", default=None, help="a state file to resume from")
+    parser.add_argument("--options", default="{}", help="StreamingDataset keywords (JSON) over the defaults")
     args = parser.parse_args()
     rank, per_node = int(os.environ["RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     node = rank // per_node
-    ds = StreamingDataset(remote=args.remote, local=os.path.join(args.cache, f"node{node}"), shuffle=True,
-                          shuffle_seed=7, batch_size=args.batch_size)
+    options = {"shuffle": True, "shuffle_seed": 7, "batch_size": args.batch_size, **json.loads(args.options)}
+    ds = StreamingDataset(remote=args.remote, local=os.path.join(args.cache, f"node{node}"), **options)
     loader = Loader(ds, num_workers=args.workers)
     if args.resume:
         with open(args.resume) as f:
             loader.load_state_dict(json.load(f))
     ids: list[int] = []
+    batches: list[list[int]] = []
     state = None
     for n, batch in enumerate(loader, start=1):
-        ids.extend(int(i) for i in batch["id"])
+        batches.append([int(i) for i in batch["id"]])
+        ids.extend(batches[-1])
         if args.take is not None and n == args.take:
             state = loader.state_dict()
             break
     ds.close()
     with open(args.out, "w") as f:
-        json.dump({"ids": ids, "state": state, "len": len(ds)}, f)
+        json.dump({"ids": ids, "batches": batches, "state": state, "len": len(ds)}, f)
 
 
 if __name__ == "__main__":

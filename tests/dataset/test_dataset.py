@@ -294,3 +294,12 @@ def test_sample_chunks_start_small_and_keep_the_order(dataset: StreamingDataset)
     assert [len(c) for c in chunks] == [1, 2, 4, 8, *[16] * ((N - 15) // 16), (N - 15) % 16]
     plan = dataset.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1, batch_size=8)
     assert [i for c in chunks for i in c] == plan.rank_order(0, 0).tolist()
+
+
+@pytest.mark.parametrize("where", ["remote", "local"])
+def test_validate_hash_the_index_lacks_is_refused_at_construction(remote: Path, tmp_path: Path, where: str) -> None:
+    # The index has xxh64 digests only: sha1 is named with the file and what it has, before any
+    # agent starts (it used to surface as "the node agent thread did not start: ...").
+    kwargs = {"remote": str(remote), "local": str(tmp_path / "c")} if where == "remote" else {"local": str(remote)}
+    with pytest.raises(ConfigError, match=r"validate_hash='sha1' but index.json has no sha1 digest .*it has: xxh64"):
+        StreamingDataset(**kwargs, validate_hash="sha1")

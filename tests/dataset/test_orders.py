@@ -19,7 +19,7 @@ def _cases(fixtures: Path, name: str) -> list[dict[str, Any]]:
 def _kwargs(cfg: dict[str, Any]) -> dict[str, Any]:
     keys = ("shuffle", "shuffle_algo", "shuffle_seed", "num_canonical_nodes", "shuffle_block_size",
             "partition_algo", "batch_size", "epoch_size", "sampling_method", "sampling_granularity",
-            "batching_method")
+            "batching_method", "replication")
     return {k: cfg[k] for k in keys if k in cfg}
 
 
@@ -89,3 +89,46 @@ async def test_recorded_resumption(fixtures_dir: Path, tmp_path: Path, name: str
         assert got == resumed["per_rank_order_next_epoch"]
     finally:
         await close_all(datasets)
+
+
+REPLICATION = [c["name"] for c in json.loads((ORDERS / "replication.json").read_text())["cases"]]
+
+
+@pytest.mark.parametrize("name", REPLICATION)
+async def test_recorded_replication_orders(fixtures_dir: Path, tmp_path: Path, name: str) -> None:
+    """``replication``: every rank yields what the peer's rank yielded (replicas the same), epoch
+    after epoch, and a loader's state after a few batches of the next epoch is the peer's."""
+    case = next(c for c in _cases(fixtures_dir, "replication.json") if c["name"] == name)
+    cfg = case["cfg"]
+    datasets = make_rank_datasets(cfg["streams"], fixtures_dir / "mds" / "layouts", tmp_path, cfg["world"],
+                                  run_id=name, **_kwargs(cfg))
+    workers = case["num_workers"] or None
+    try:
+        for epoch in sorted(case["epochs"], key=int):
+            expected = case["epochs"][epoch]
+            got = await iterate_ranks(datasets, num_workers=workers, batch_size=cfg["batch_size"])
+            assert [len(ds) for ds in datasets] == expected["per_rank_len"]
+            for rank, (mine, theirs) in enumerate(zip(got, expected["per_rank_order"], strict=True)):
+                assert mine == theirs, f"{name}: epoch {epoch}, rank {rank} differs from mosaicml-streaming"
+        if case.get("take_batches"):
+            loaders = [Loader(ds, batch_size=cfg["batch_size"], num_workers=case["num_workers"], worker_mode="thread")
+                       for ds in datasets]
+            taken = await iterate_ranks(datasets, num_workers=case["num_workers"], take_batches=case["take_batches"],
+                                        loaders=loaders)
+            assert taken == case["taken_per_rank"]
+            for loader in loaders:
+                state = loader.state_dict()
+                assert {k: v for k, v in state.items() if k != "astream_fingerprint"} == case["state_dict"]
+    finally:
+        await close_all(datasets)
+    if case.get("take_batches"):
+        # A restarted job loads the peer's state (no fingerprint) and yields the rest as it did.
+        datasets = make_rank_datasets(cfg["streams"], fixtures_dir / "mds" / "layouts", tmp_path / "resumed",
+                                      cfg["world"], run_id=f"{name}-resumed", **_kwargs(cfg))
+        try:
+            for ds in datasets:
+                ds.load_state_dict(case["state_dict"])
+            assert await iterate_ranks(datasets, num_workers=workers, batch_size=cfg["batch_size"]) == \
+                case["resumed_per_rank"]
+        finally:
+            await close_all(datasets)

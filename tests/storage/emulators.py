@@ -68,24 +68,33 @@ def azurite_command() -> str | None:
 
 
 @contextlib.contextmanager
-def azurite(container: str = "astream-test") -> Iterator[str]:
-    """Azurite's blob service on 127.0.0.1, in memory, with ``container`` made; yields its base URL."""
+def azurite(container: str = "astream-test", tls: tuple[str, str, str] | None = None) -> Iterator[str]:
+    """Azurite's blob service on 127.0.0.1, in memory, with ``container`` made; yields its base URL.
+
+    Args:
+        container: made before the URL is yielded.
+        tls: ``(cert, key, ca)`` PEM files: serve HTTPS with ``--oauth basic`` (Azurite checks a
+            bearer token's issuer, audience and times, not its signature, and only over HTTPS).
+    """
     command = azurite_command()
     if command is None:
         pytest.skip("Azure tests need node and Azurite (`make test` installs azurite@3.35.0 when npm exists)")
     pytest.importorskip("azure.storage.blob")
     port = free_port()
+    extra = ["--oauth", "basic", "--cert", tls[0], "--key", tls[1]] if tls else []
     proc = subprocess.Popen(
         [command, "--inMemoryPersistence", "--skipApiVersionCheck", "--loose",
-         "--blobHost", HOST, "--blobPort", str(port)],
+         "--blobHost", HOST, "--blobPort", str(port), *extra],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
     try:
         _wait_port(port, proc)
-        url = f"http://{HOST}:{port}"
+        url = f"{'https' if tls else 'http'}://{HOST}:{port}"
         from azure.storage.blob import BlobServiceClient
 
-        BlobServiceClient.from_connection_string(azurite_connection_string(url)).create_container(container)
+        conn = azurite_connection_string(url).replace("Protocol=http;", f"Protocol={url.split(':')[0]};")
+        kwargs = {"connection_verify": tls[2]} if tls else {}
+        BlobServiceClient.from_connection_string(conn, **kwargs).create_container(container)
         yield url
     finally:
         proc.terminate()

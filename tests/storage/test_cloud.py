@@ -209,59 +209,6 @@ def test_hf_dataset_through_the_resolve_endpoint(tmp_path: Path, monkeypatch: py
             StreamingDataset(remote="hf://datasets/org/repo@v1.0/ds", local=str(tmp_path / "c2"), coord=THREAD_AGENT)
 
 
-async def test_gcs_service_account_from_google_application_credentials(
-    gcs: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    import json
-
-    from aiohttp import web
-    from cryptography.hazmat.primitives import serialization
-    from cryptography.hazmat.primitives.asymmetric import rsa
-
-    from astream._storage.loop import LoopThread
-    from astream.testing import HOST
-
-    grants: list[str] = []
-
-    async def token(request: web.Request) -> web.Response:
-        grants.append((await request.post()).get("grant_type", ""))  # type: ignore[arg-type]
-        return web.json_response({"access_token": "ya29.astream-test", "expires_in": 3600, "token_type": "Bearer"})
-
-    async def start() -> web.AppRunner:
-        app = web.Application()
-        app.router.add_post("/token", token)
-        runner = web.AppRunner(app, access_log=None, handle_signals=False)
-        await runner.setup()
-        await web.TCPSite(runner, HOST, port).start()
-        return runner
-
-    from astream.testing import free_port
-
-    port = free_port()
-    thread = LoopThread("token-server")
-    runner = thread.call(start())
-    try:
-        key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
-        pem = key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
-                                serialization.NoEncryption()).decode()
-        account = {"type": "service_account", "project_id": "p", "private_key_id": "k1", "private_key": pem,
-                   "client_email": "reader@p.iam.gserviceaccount.com", "client_id": "1",
-                   "token_uri": f"http://{HOST}:{port}/token"}
-        (tmp_path / "sa.json").write_text(json.dumps(account))
-        monkeypatch.setenv("GOOGLE_APPLICATION_CREDENTIALS", str(tmp_path / "sa.json"))
-        monkeypatch.delenv("STORAGE_EMULATOR_HOST", raising=False)
-        with FaultProxy(gcs) as proxy:
-            options = configure("gs://astream-test", {"endpoint_url": proxy.url}, FAST)
-            assert await _roundtrip("gs://astream-test/sa/a.bin", options, tmp_path) == b"payload-" * 1000
-            assert grants
-            assert grants[0] == "urn:ietf:params:oauth:grant-type:jwt-bearer"
-            assert proxy.authorizations
-            assert set(proxy.authorizations) == {"Bearer ya29.astream-test"}  # the upload and the read
-    finally:
-        thread.call(runner.cleanup())
-        thread.close()
-
-
 async def test_azure_sas_token_and_a_public_container(azure_url: str, tmp_path: Path) -> None:
     import datetime
     import uuid

@@ -1,0 +1,74 @@
+"""Fetching a shard that is byte ranges of a source file (a Parquet row group's column chunks).
+
+The shard's file is the ranges one after the other, each read with one ranged request
+(retried by the storage's policy). The last range is the source file's footer: its digest
+was recorded when the index was built, so a file that changed since (rewritten, appended
+to) is refused before its bytes are trusted, naming the file.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import xxhash
+
+from astream._format.index import SourceRanges
+from astream._storage.base import Storage
+from astream._storage.sink import Sink
+from astream.errors import AstreamError, DownloadError, SourceChangedError
+
+__all__ = ["fetch_ranges"]
+
+# A range is read in requests of at most this many bytes (a column chunk can be large).
+_PIECE = 16 << 20
+
+
+async def fetch_ranges(
+    storage: Storage, url: str, source: SourceRanges, sink: Sink, on_bytes: Callable[[int], None] | None = None,
+) -> None:
+    """Write ``source``'s ranges of the object at ``url`` into ``sink``, in order.
+
+    The footer (the last range) is read and checked first, so nothing of a changed file
+    is fetched.
+
+    Raises:
+        SourceChangedError: the footer differs from the one the index was built from, or
+            the file has another size now.
+        DownloadError: a ranged read failed for good.
+    """
+    if sink.received:
+        await sink.restart()
+    *chunks, (start, end) = source.ranges
+    try:
+        footer = await storage.read_range(url, start, end)
+    except DownloadError as exc:
+        size = await _size(storage, url)
+        if size is not None and size != source.file_bytes:
+            raise _changed(url, f"it has {size} bytes, the index says {source.file_bytes}") from exc
+        raise
+    if xxhash.xxh64(footer).hexdigest() != source.last_xxh64:
+        raise _changed(url, "its footer differs")
+    for a, b in chunks:
+        for piece in range(a, b, _PIECE):
+            data = await storage.read_range(url, piece, min(b, piece + _PIECE))
+            if on_bytes is not None:
+                on_bytes(len(data))
+            await sink.write(data)
+    if on_bytes is not None:
+        on_bytes(len(footer))
+    await sink.write(footer)
+
+
+async def _size(storage: Storage, url: str) -> int | None:
+    try:
+        return (await storage.stat(url)).size
+    except (AstreamError, OSError):
+        return None
+
+
+def _changed(url: str, what: str) -> SourceChangedError:
+    return SourceChangedError(
+        f"{url}: the file changed since its index was built ({what}); rebuild the index "
+        "(`astream index` where one was written next to the data; otherwise a new run rebuilds "
+        "it) and start the epoch again"
+    )
