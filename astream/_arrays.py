@@ -35,4 +35,7 @@ def group_positions(keys: A) -> tuple[A, list[npt.NDArray[np.intp]]]:
     firsts = np.empty(len(cut) + 1, np.intp)
     firsts[0] = 0
     firsts[1:] = cut
-    return cast(A, s[firsts] if len(s) else s), np.split(order, cut)
+    # Slices, not np.split (which costs ~10 us for a handful of groups, per batch).
+    ends = [*cut.tolist(), len(order)]
+    groups = [order[a:b] for a, b in zip(firsts.tolist(), ends, strict=True)]
+    return cast(A, s[firsts] if len(s) else s), groups

@@ -32,6 +32,9 @@ class Crew:
     def __init__(self) -> None:
         self._lock = threading.Lock()
         self._workers: list[ProcessWorker] = []
+        # The pool's "stopping" of the workers given back: their reader threads may still be
+        # finishing their epoch (a worker still starting when the stand-ins served it all).
+        self._stopping: threading.Event | None = None
         self._busy = False
         self._discard = False  # closed while a pool held the workers: that pool closes them
 
@@ -47,18 +50,33 @@ class Crew:
                 return False, None
             self._busy, self._discard = True, False
             workers, self._workers = self._workers, []
+            stopping, self._stopping = self._stopping, None
+        _settle(workers, stopping)
         if len(workers) == num_workers and all(w.clean and w.proc.is_alive() for w in workers):
             return True, workers
         _close(workers)
         return True, None
 
-    def give_back(self, workers: Sequence[ProcessWorker]) -> bool:
-        """The pool is done with them; False: keep nothing (the crew was closed), close them."""
+    def settle(self) -> None:
+        """Wait (bounded) for kept workers still finishing their last epoch. Blocking: not on a
+        loop that those workers' reader threads need (the stand-ins' hand-off runs there)."""
+        with self._lock:
+            workers, stopping, self._stopping = list(self._workers), self._stopping, None
+        _settle(workers, stopping)
+
+    def give_back(self, workers: Sequence[ProcessWorker], stopping: threading.Event | None = None) -> bool:
+        """The pool is done with them; False: keep nothing (the crew was closed), close them.
+
+        With ``stopping`` (the pool's), their reader threads may still be reading the
+        epoch's last word: the next :meth:`acquire` waits for them (bounded), not the
+        epoch's end.
+        """
         with self._lock:
             self._busy = False
             if self._discard:
                 return False
             self._workers = list(workers)
+            self._stopping = stopping
             return True
 
     def close(self) -> None:
@@ -67,7 +85,24 @@ class Crew:
             if self._busy:
                 self._discard = True
             workers, self._workers = self._workers, []
+            stopping, self._stopping = self._stopping, None
+        if stopping is not None:
+            stopping.set()
         _close(workers)
+
+
+# Seconds the next epoch waits at most for a kept worker that was still starting.
+_SETTLE_WAIT = 10.0
+
+
+def _settle(workers: Sequence[ProcessWorker], stopping: threading.Event | None) -> None:
+    """Wait for the reader threads of workers given back while still finishing, then stop them."""
+    if stopping is None:
+        return
+    for worker in workers:
+        if worker.thread is not None:
+            worker.thread.join(timeout=_SETTLE_WAIT)
+    stopping.set()  # a thread still waiting now belongs to a worker that will not be reused
 
 
 def _close(workers: Sequence[ProcessWorker]) -> None:

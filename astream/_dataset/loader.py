@@ -25,6 +25,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from astream._checks import check_int
+from astream._dataset.autowatch import CostWatch
+from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
@@ -106,7 +108,14 @@ class Loader:
         dataset: the dataset.
         batch_size: samples per batch; default the dataset's ``batch_size``.
         num_workers: worker processes (or threads) reading in parallel; 0 reads in the
-            iterating process.
+            iterating process; ``"auto"``: the first epoch without workers, then the
+            count chosen from the cores and what its first batches cost
+            (:mod:`astream._dataset.autoworkers` has the rule; ``worker_choice`` shows
+            it once made; ``len(loader)`` follows the count). A worker process's large arrays (64 KiB and more) reach
+            the loop as views of shared memory the worker reuses only once every array
+            of that batch is gone: a batch stays valid (and writable) as long as it is
+            held; holding many keeps their memory, and the worker sends the next ones
+            in fresh memory meanwhile.
         collate_fn: turns a list of sample dicts into a batch; default: a dict of NumPy
             arrays read column-wise (lists for str/bytes/ragged columns).
         drop_last: drop each worker's last, incomplete batch.
@@ -130,7 +139,7 @@ class Loader:
         self,
         dataset: StreamingDataset,
         batch_size: int | None = None,
-        num_workers: int = 0,
+        num_workers: int | str = 0,
         collate_fn: Collate | None = None,
         drop_last: bool = False,
         prefetch_batches: int = 2,
@@ -154,6 +163,14 @@ class Loader:
                 f"Loader batch_size={size} differs from the dataset's batch_size={dataset.batch_size}; "
                 "leave one of them unset or make them equal"
             )
+        self._watch: CostWatch | None = None  # num_workers="auto": the first epoch's costs
+        self._choice: WorkerChoice | None = None
+        self._auto_blocked: str | None = None  # why "auto" may not choose workers here
+        if num_workers == "auto":
+            self._watch = CostWatch()
+            num_workers = 0
+        elif isinstance(num_workers, str):
+            raise ConfigError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
         num_workers = check_int("num_workers", num_workers, 0)
         prefetch_batches = check_int("prefetch_batches", prefetch_batches, 1)
         if worker_mode not in WORKER_MODES:
@@ -170,6 +187,13 @@ class Loader:
             # astream's loop thread): a script without a main guard (startup.py).
             parts = _pickled_for_workers(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
             self._worker_start = decide_start(parts, sys._getframe(1))
+        elif self._watch is not None and worker_mode == "process":
+            # The same checks for the workers "auto" may choose: what fails them keeps it at 0.
+            try:
+                parts = _pickled_for_workers(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
+                self._worker_start = decide_start(parts, sys._getframe(1))
+            except ConfigError as exc:
+                self._auto_blocked = str(exc).split("\n")[0]
         self.dataset = dataset
         self.batch_size = size
         self.num_workers = num_workers
@@ -197,17 +221,32 @@ class Loader:
             # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
             self._prestart = prestart(process_context(_EpochJob.__module__, self._worker_start))
-            if persistent_workers:
-                self._crew = Crew()
-                # The processes and their pipes go with the loader at the latest, never
-                # with the collection of their objects.
-                weakref.finalize(self, self._crew.close)
+        if (num_workers > 0 or self._watch is not None) and worker_mode == "process" and persistent_workers:
+            self._crew = Crew()
+            # The processes and their pipes go with the loader at the latest, never
+            # with the collection of their objects.
+            weakref.finalize(self, self._crew.close)
 
     # -- the async core ----------------------------------------------------------------------
 
-    def _received(self, batch: Any, asked: float, last: float) -> float:
+    @property
+    def worker_choice(self) -> WorkerChoice | None:
+        """What ``num_workers="auto"`` chose and from what (None before it chose, or without "auto")."""
+        return self._choice
+
+    def _choose_workers(self) -> None:
+        """``num_workers="auto"``: fix the count from the first epoch's costs, once."""
+        watch = self._watch
+        if watch is None or self._choice is not None or not watch.ready():
+            return
+        self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
+        self.num_workers = self._choice.workers
+
+    def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
         # Counted as it is handed over, i.e. what the training loop received.
         now = time.perf_counter()
+        if self._watch is not None and self._choice is None:
+            self._watch.received(batch, now - asked, cpu_waited)
         n = batch_length(batch)
         self.num_samples_yielded += n
         self._consumer.received(n, now - asked, now - last)
@@ -227,12 +266,12 @@ class Loader:
         last = time.perf_counter()
         try:
             while True:
-                asked = time.perf_counter()
+                asked, cpu = time.perf_counter(), time.thread_time()
                 try:
                     batch = await it.__anext__()
                 except StopAsyncIteration:
                     return
-                last = self._received(batch, asked, last)
+                last = self._received(batch, asked, last, time.thread_time() - cpu)
                 yield batch
         finally:
             self._end_bar()
@@ -241,6 +280,7 @@ class Loader:
     async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
         if self._prestart is not None:
             self._prestart.cancel()  # iterating already: the first batch goes first
+        self._choose_workers()  # before the epoch begins: the count is the epoch's
         ds = self.dataset
         node = await ds.node()
         epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))

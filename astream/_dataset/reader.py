@@ -40,6 +40,7 @@ from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
 from astream._dataset.collate import collate_samples
+from astream._dataset.grouping import BatchGroups
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
@@ -129,6 +130,7 @@ class EpochReader(AsyncResource):
         # Ids of a dropped last batch are never read, so never leased.
         self.ids = order.ids[: order.num_samples]
         self._shard, self._offset = smap.locate(self.ids)
+        self._groups: BatchGroups | None = None  # made at the first batch spanning shards
         self._given_predownload = predownload
         self._predownload = 1
         empty = np.zeros(0, np.int64)
@@ -408,9 +410,17 @@ class EpochReader(AsyncResource):
         offsets = self._offset[a:b]
         if shards[0] == shards[-1] and (shards == shards[0]).all():
             return self._reader(int(shards[0]), peeked).get_batch(offsets)
-        uniq, groups = group_positions(shards)
-        sources = [self._reader(int(g), peeked) for g in uniq.tolist()]
-        return gather_batch(sources, groups, [offsets[idx] for idx in groups], b - a, f"shards {uniq.tolist()}")
+        bounds = self.order.bounds
+        k = int(np.searchsorted(bounds, a, side="right")) - 1
+        if 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b:
+            if self._groups is None:
+                self._groups = BatchGroups(self._shard, self._offset, bounds)
+            uniq, groups, parts = self._groups.groups(k)  # grouped for many batches at once
+        else:
+            found, groups = group_positions(shards)
+            uniq, parts = found.tolist(), [offsets[idx] for idx in groups]
+        sources = [self._reader(g, peeked) for g in uniq]
+        return gather_batch(sources, groups, parts, b - a, f"shards {uniq}")
 
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]

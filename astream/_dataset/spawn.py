@@ -6,8 +6,8 @@ aiohttp are not fork-safe). The forkserver preloads the job's module, so a worke
 fork of an interpreter that has imported astream already, not a fresh import each
 (:mod:`astream._dataset.startup` decides what it preloads, and starts it early).
 
-Each worker has a pipe for its messages (large buffers go as anonymous files over a
-Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
+Each worker has a pipe for its messages (large buffers go in shared-memory slots, or as
+anonymous files over a Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
 control pipe for the hand-off (:mod:`astream._dataset.handoff`). A helper thread per
 worker starts the process and reads its pipe; what it reads goes to the pool through
 the narrow :class:`PoolSide` interface. A worker that dies (SIGKILL, segfault) is
@@ -29,6 +29,7 @@ from typing import Any, Protocol
 
 from astream._dataset.handoff import send_start, worker_start_at
 from astream._dataset.job import WorkerJob, produce
+from astream._dataset.slabs import SlabViews
 from astream._dataset.startup import WorkerStart, hidden_main
 from astream._dataset.timings import STAGES
 from astream._dataset.transport import PipeWriter, TransportError, fd_passing_supported, recv_object
@@ -147,6 +148,8 @@ class ProcessWorker:
         if fd_passing_supported():
             files_out, files_in = ctx.Pipe(duplex=True)  # a Unix socket pair
             self.channel = _socket_of(files_out)
+        # The worker's shared-memory slots as mapped here (the process's whole life long).
+        self.slabs = SlabViews(self.channel) if self.channel is not None else None
         self.proc = ctx.Process(  # type: ignore[attr-defined]
             target=_process_main, args=(payload, wid, child, loop_factory, control_in, files_in, persistent),
             name=f"astream-worker-{wid}", daemon=True,
@@ -231,7 +234,7 @@ class ProcessWorker:
         try:
             self.conn.poll(None)  # the batch is on its way: from here it is transport
             began = time.perf_counter()
-            msg: tuple[str, Any] = recv_object(self.conn, self.channel)
+            msg: tuple[str, Any] = recv_object(self.conn, self.channel, self.slabs)
             if msg[0] == "batch":
                 STAGES.add("transport", time.perf_counter() - began)
             elif msg[0] == "end" and isinstance(msg[1], dict):
@@ -274,5 +277,7 @@ class ProcessWorker:
         self.conn.close()
         if self.control is not None:
             self.control.close()
+        if self.slabs is not None:
+            self.slabs.close()  # no more releases: the channel closes next (batches held stay valid)
         if self.channel is not None:
             self.channel.close()

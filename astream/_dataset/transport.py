@@ -17,6 +17,14 @@ of those unacknowledged: the pipe's back-pressure, which such messages barely lo
 is kept that way. Where ``memfd_create`` or descriptor passing is missing, or a file
 cannot be made, buffers go through the pipe as before.
 
+A :class:`PipeWriter` with a channel first tries its ring of shared-memory slots
+(:mod:`astream._dataset.slabs`): buffers of :data:`~astream._dataset.slabs.SLAB_MIN_BYTES`
+and more are copied into a slot mapped once on both sides, and the message names the
+slot (its descriptor travels only the first time); the consumer rebuilds the arrays
+over its mapping, without a copy, and the slot goes back to the worker when the batch's
+last array is gone. That message is acknowledged like one with descriptors (the same
+back-pressure); files per buffer are what a worker falls back to when every slot is held.
+
 A worker sends from its event loop through :class:`PipeWriter` (non-blocking, with the
 loop's flow control), in the framing of :class:`multiprocessing.connection.Connection`,
 so the consumer reads with :func:`recv_object` as before: no thread hand-off per batch
@@ -29,16 +37,19 @@ from __future__ import annotations
 import array
 import asyncio
 import contextlib
-import ctypes
-import mmap
+import io
 import os
 import pickle
 import socket
 import struct
-import sys
 import weakref
 from multiprocessing.connection import Connection
 from typing import Any
+
+import numpy as np
+
+from astream._dataset.mapping import MappingError, map_file, mapping_supported
+from astream._dataset.slabs import SLAB_MIN_BYTES, RingSlot, SlabRing, SlabViews, is_release, layout
 
 __all__ = [
     "FD_IN_FLIGHT", "FD_MIN_BYTES", "PipeWriter", "TransportError", "fd_passing_supported",
@@ -46,9 +57,14 @@ __all__ = [
 ]
 
 _COUNT = struct.Struct("<I")
+# The slot a message's slab buffers are in (-1: none), and its size when its file comes along.
+_SLOT = struct.Struct("<iQ")
 _SIZE = struct.Struct("<Q")
 # Set in a buffer's size: the buffer travels as a descriptor, not through the pipe.
 _VIA_FD = 1 << 63
+# Set in a buffer's size: the buffer is in the message's slot.
+_VIA_SLAB = 1 << 62
+_FLAGS = _VIA_FD | _VIA_SLAB
 
 # Buffers this large or larger travel as anonymous files.
 FD_MIN_BYTES = 256 * 1024
@@ -62,33 +78,10 @@ class TransportError(Exception):
     """A message could not be received whole (e.g. its descriptors were refused)."""
 
 
-def _libc_mapping() -> tuple[Any, Any] | None:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        map_ = libc.mmap
-        unmap = libc.munmap
-    except (OSError, AttributeError):  # pragma: no cover - unusual libc
-        return None
-    map_.restype = ctypes.c_void_p
-    map_.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
-    unmap.restype = ctypes.c_int
-    unmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
-    return map_, unmap
-
-
-# mmap(2) through ctypes, not mmap.mmap: that keeps a duplicate of the descriptor open for
-# as long as the mapping lives, and a consumer holding many batches would run out of them.
-_LIBC = _libc_mapping()
-_MAP_FAILED = ctypes.c_void_p(-1).value
-_PAGE = mmap.PAGESIZE
-
-
 def fd_passing_supported() -> bool:
     """Whether large buffers can travel as anonymous files here."""
     return (
-        _LIBC is not None
+        mapping_supported()
         and hasattr(os, "memfd_create")
         and hasattr(socket, "CMSG_SPACE")
         and hasattr(socket, "SCM_RIGHTS")
@@ -96,15 +89,39 @@ def fd_passing_supported() -> bool:
     )
 
 
+class _Pickler(pickle.Pickler):
+    """Protocol 5, with large non-contiguous arrays made contiguous first.
+
+    A column of a batch of fixed-size records is a strided view of the rows it was
+    decoded from; pickled as it is, numpy copies it into the pickle itself (in band),
+    and it crosses the pipe twice more. Made contiguous (one copy), it travels out of
+    band: into a slot, no pipe.
+    """
+
+    def reducer_override(self, obj: Any) -> Any:
+        if (type(obj) is np.ndarray and obj.nbytes >= SLAB_MIN_BYTES and not obj.dtype.hasobject
+                and not (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+            return np.ascontiguousarray(obj).__reduce_ex__(5)
+        return NotImplemented
+
+
 def _pickled(obj: Any) -> tuple[bytes, list[memoryview]]:
     buffers: list[pickle.PickleBuffer] = []
-    payload = pickle.dumps(obj, protocol=5, buffer_callback=buffers.append)
-    return payload, [buf.raw() for buf in buffers]
+    out = io.BytesIO()
+    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    return out.getvalue(), [buf.raw() for buf in buffers]
 
 
-def _head(payload: bytes, raws: list[memoryview], via_fd: set[int]) -> bytes:
-    sizes = b"".join(_SIZE.pack(r.nbytes | (_VIA_FD if i in via_fd else 0)) for i, r in enumerate(raws))
-    return _COUNT.pack(len(raws)) + sizes + payload
+def _head(payload: bytes, raws: list[memoryview], via_fd: set[int], slot: RingSlot | None = None,
+          in_slot: set[int] | None = None) -> bytes:
+    in_slot = in_slot or set()
+
+    def flags(i: int) -> int:
+        return (_VIA_FD if i in via_fd else 0) | (_VIA_SLAB if i in in_slot else 0)
+
+    sizes = b"".join(_SIZE.pack(r.nbytes | flags(i)) for i, r in enumerate(raws))
+    where = _SLOT.pack(-1, 0) if slot is None else _SLOT.pack(slot.slot, slot.size if slot.new_fd is not None else 0)
+    return _COUNT.pack(len(raws)) + where + sizes + payload
 
 
 def _memfd(raw: memoryview) -> int | None:
@@ -138,47 +155,76 @@ def _send_fds(channel: socket.socket, fds: list[int]) -> None:
 
 
 class _Credits:
-    """The producer's count of messages with descriptors the consumer has not acknowledged."""
+    """The producer's count of messages with descriptors or slots the consumer has not
+    acknowledged, and (with a ring) the slots it gave back."""
 
-    def __init__(self, channel: socket.socket) -> None:
+    def __init__(self, channel: socket.socket, ring: SlabRing | None = None) -> None:
         self.channel = channel
         self.unacked = 0
+        self.ring = ring
 
     def take_acks(self, data: bytes) -> None:
         if not data:
             raise BrokenPipeError("the consumer closed the descriptor channel")
-        self.unacked = max(0, self.unacked - len(data))
+        acks = 0
+        for byte in data:
+            if is_release(byte):
+                if self.ring is not None:
+                    self.ring.release(byte & 0x7F)
+            else:
+                acks += 1
+        self.unacked = max(0, self.unacked - acks)
 
     def drain(self) -> None:
-        """Count the acknowledgements already there, without waiting."""
-        while self.unacked:
+        """Count the acknowledgements (and releases) already there, without waiting."""
+        while self.unacked or (self.ring is not None and self.ring.busy):
             try:
                 data = self.channel.recv(4096, socket.MSG_DONTWAIT)
             except (BlockingIOError, InterruptedError):
                 return
             self.take_acks(data)
 
-    def send(self, raws: list[memoryview]) -> set[int]:
-        """Send the large buffers of ``raws`` as files (credit taken); the indices sent."""
+    def place(self, raws: list[memoryview]) -> tuple[RingSlot | None, set[int]]:
+        """Copy the slab-sized buffers of ``raws`` into a free slot of the ring, if there is one."""
+        if self.ring is None:
+            return None, set()
+        # Small buffers (labels, ids) stay out: a user who keeps them (metrics over an
+        # epoch) would otherwise hold the slot of the large ones beside them.
+        wanted = [i for i, r in enumerate(raws) if r.nbytes >= SLAB_MIN_BYTES]
+        if not wanted:
+            return None, set()
+        offsets, need = layout([raws[i].nbytes for i in wanted])
+        slot = self.ring.take(need)
+        if slot is None:
+            return None, set()
+        for i, at in zip(wanted, offsets, strict=True):
+            slot.memory[at : at + raws[i].nbytes] = raws[i]  # the one copy
+        return slot, set(wanted)
+
+    def send(self, raws: list[memoryview], slot: RingSlot | None = None, in_slot: frozenset[int] = frozenset()) -> set[int]:
+        """Send the slot's file if new, and the large buffers of ``raws`` not in it as files
+        (credit taken if anything but the pipe carries the message); the indices sent as files."""
         fds: dict[int, int] = {}
+        first = [slot.new_fd] if slot is not None and slot.new_fd is not None else []
         try:
             for i, raw in enumerate(raws):
-                if raw.nbytes >= FD_MIN_BYTES:
+                if raw.nbytes >= FD_MIN_BYTES and i not in in_slot:
                     fd = _memfd(raw)
                     if fd is None:
                         break  # no files here (now): the rest go through the pipe
                     fds[i] = fd
-            if fds:
-                _send_fds(self.channel, list(fds.values()))
+            if fds or first:
+                _send_fds(self.channel, first + list(fds.values()))
+            if fds or slot is not None:
                 self.unacked += 1
         finally:
-            for fd in fds.values():
+            for fd in [*first, *fds.values()]:
                 os.close(fd)  # the consumer has its own now (or the message failed)
         return set(fds)
 
 
-def _wants_fds(channel: socket.socket | None, raws: list[memoryview]) -> bool:
-    return channel is not None and any(r.nbytes >= FD_MIN_BYTES for r in raws)
+def _wants_fds(channel: socket.socket | None, raws: list[memoryview], least: int = FD_MIN_BYTES) -> bool:
+    return channel is not None and any(r.nbytes >= least for r in raws)
 
 
 _SYNC_CREDITS: weakref.WeakKeyDictionary[socket.socket, _Credits] = weakref.WeakKeyDictionary()
@@ -234,7 +280,7 @@ class PipeWriter(asyncio.Protocol):
         self._credits: _Credits | None = None
         if channel is not None and fd_passing_supported():
             channel.setblocking(False)
-            self._credits = _Credits(channel)
+            self._credits = _Credits(channel, SlabRing())
 
     @classmethod
     async def open(cls, conn: Connection, channel: socket.socket | None = None) -> PipeWriter:
@@ -284,17 +330,20 @@ class PipeWriter(asyncio.Protocol):
         self._check()
         payload, raws = _pickled(obj)
         via_fd: set[int] = set()
+        slot: RingSlot | None = None
+        in_slot: set[int] = set()
         credits = self._credits
-        if credits is not None and _wants_fds(credits.channel, raws):
+        if credits is not None and _wants_fds(credits.channel, raws, SLAB_MIN_BYTES):
             await self._credit(credits)
             self._check()
             # From here to the pipe, nothing awaits: the descriptors and the head that
             # announces them go out in the same order, whoever else sends.
-            via_fd = credits.send(raws)
+            slot, in_slot = credits.place(raws)
+            via_fd = credits.send(raws, slot, frozenset(in_slot))
         frames: list[bytes | memoryview] = []
-        _frame(_head(payload, raws, via_fd), frames)
+        _frame(_head(payload, raws, via_fd, slot, in_slot), frames)
         for i, raw in enumerate(raws):
-            if i not in via_fd:
+            if i not in via_fd and i not in in_slot:
                 _frame(raw, frames)
         self._transport.writelines(frames)
         while self._paused and self._lost is None:
@@ -340,43 +389,64 @@ def _recv_fds(channel: socket.socket, count: int) -> list[int]:
 
 def _map(fd: int, size: int) -> memoryview:
     """A writable view of the first ``size`` bytes of file ``fd``, alive as long as it is."""
-    assert _LIBC is not None
-    map_, unmap = _LIBC
-    length = -(-size // _PAGE) * _PAGE  # whole pages: fewer ctypes array types to cache
-    addr = map_(None, length, mmap.PROT_READ | mmap.PROT_WRITE, mmap.MAP_SHARED | getattr(mmap, "MAP_POPULATE", 0), fd, 0)
-    if addr is None or addr == _MAP_FAILED:
-        err = ctypes.get_errno()
-        raise TransportError(f"could not map a batch's buffer of {size} bytes: {os.strerror(err)}")
-    pages = (ctypes.c_ubyte * length).from_address(addr)
-    # Unmapped once nothing refers to it (any array over it holds a reference); never at
-    # exit, while objects over it may still be in use.
-    weakref.finalize(pages, unmap, addr, length).atexit = False
+    try:
+        pages = map_file(fd, size)
+    except MappingError as exc:
+        raise TransportError(f"could not map a batch's buffer of {size} bytes: {exc.strerror}") from exc
     return memoryview(pages).cast("B")[:size]
 
 
-def recv_object(conn: Connection, channel: socket.socket | None = None) -> Any:
+def recv_object(conn: Connection, channel: socket.socket | None = None, slabs: SlabViews | None = None) -> Any:
     """Receive one object sent by :func:`send_object` or :class:`PipeWriter` (blocking).
 
-    ``channel`` is the consumer's end of the socket pair the producer sends files over.
+    ``channel`` is the consumer's end of the socket pair the producer sends files over;
+    ``slabs`` the mappings of the producer's slots (one per producer, kept across messages).
     """
     head = conn.recv_bytes()
     (count,) = _COUNT.unpack_from(head)
-    sizes = [_SIZE.unpack_from(head, _COUNT.size + i * _SIZE.size)[0] for i in range(count)]
-    wanted = sum(1 for size in sizes if size & _VIA_FD)
+    slot, new_size = _SLOT.unpack_from(head, _COUNT.size)
+    at = _COUNT.size + _SLOT.size
+    sizes = [_SIZE.unpack_from(head, at + i * _SIZE.size)[0] for i in range(count)]
+    wanted = sum(1 for size in sizes if size & _VIA_FD) + (1 if new_size else 0)
     fds: list[int] = []
+    if slot >= 0 and (slabs is None or channel is None):
+        raise TransportError("a batch came in a shared-memory slot but there are no slots here")
     if wanted:
         if channel is None:
             raise TransportError("a batch came with descriptors but there is no channel for them")
         fds = _recv_fds(channel, wanted)
+    if wanted or slot >= 0:
         with contextlib.suppress(OSError):
+            assert channel is not None
             channel.sendall(_ACK)  # the producer may send the next one
     buffers: list[Any] = []
     try:
+        slab: memoryview | None = None
+        if slot >= 0:
+            assert slabs is not None
+            if new_size:
+                fd = fds.pop(0)
+                try:
+                    slabs.install(slot, fd, new_size)
+                except MappingError as exc:
+                    raise TransportError(f"could not map a worker's slot of {new_size} bytes: {exc.strerror}") from exc
+                finally:
+                    os.close(fd)
+            elif not slabs.known(slot):
+                raise TransportError(f"a batch came in slot {slot}, which was never announced")
+            offsets, need = layout([size & ~_FLAGS for size in sizes if size & _VIA_SLAB])
+            slab = slabs.lease(slot, need)
+            places = iter(offsets)
         for size in sizes:
+            if size & _VIA_SLAB:
+                assert slab is not None
+                start, n = next(places), size & ~_FLAGS
+                buffers.append(slab[start : start + n])
+                continue
             if size & _VIA_FD:
                 fd = fds.pop(0)
                 try:
-                    buffers.append(_map(fd, size & ~_VIA_FD))
+                    buffers.append(_map(fd, size & ~_FLAGS))
                 finally:
                     os.close(fd)
                 continue
@@ -391,4 +461,4 @@ def recv_object(conn: Connection, channel: socket.socket | None = None) -> Any:
     finally:
         for fd in fds:
             os.close(fd)
-    return pickle.loads(memoryview(head)[_COUNT.size + count * _SIZE.size :], buffers=buffers)
+    return pickle.loads(memoryview(head)[at + count * _SIZE.size :], buffers=buffers)

@@ -297,7 +297,7 @@ class ShardReader:
             for target, source in zip(targets, idx.tolist(), strict=True):
                 out[target] = region[source]
         elif where is None:
-            np.take(self._region, idx, axis=0, out=out)
+            self._region.take(idx, axis=0, out=out)  # the method: no wrapper per shard and batch
         else:
             out[where] = self._region[idx]
 

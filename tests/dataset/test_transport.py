@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 
 from astream._dataset.collate import collate_samples, concat_batches
+from astream._dataset.slabs import SlabViews
 from astream._dataset.transport import (
     FD_IN_FLIGHT,
     FD_MIN_BYTES,
@@ -173,8 +174,9 @@ def test_large_buffers_through_a_pipe_writer_with_back_pressure(
     time.sleep(0.2)
     # Nothing received yet: the producer sent as many as its credits allow, then waits.
     assert len(sent) == FD_IN_FLIGHT
+    slabs = SlabViews(ours)
     for i in range(len(arrays)):
-        got = recv_object(a, ours)
+        got = recv_object(a, ours, slabs)
         assert got["i"] == i
         np.testing.assert_array_equal(got["x"], arrays[i])
     t.join(timeout=10)
