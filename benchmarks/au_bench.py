@@ -61,6 +61,7 @@ def trial(lib: str, name: str, cache: str, n: int, data: Path, port: int, scratc
           resume: bool = False) -> list[dict[str, Any]]:
     _samples, batch, step, steps = SIZES[name]
     step = args.small_step if name == "small" else args.large_step
+    steps = args.small_steps if name == "small" else args.large_steps
     run = scratch / f"{lib}-{name}-{cache}-{n}-{time.monotonic_ns()}"
     run.mkdir(parents=True)
     if cache == "warm":
@@ -148,6 +149,10 @@ def main() -> None:
     p.add_argument("--workers", type=int, default=1)
     p.add_argument("--small-step", type=float, default=SIZES["small"][2], help="seconds per step, ~1 KB samples")
     p.add_argument("--large-step", type=float, default=SIZES["large"][2], help="seconds per step, ~100 KB samples")
+    # More steps spread a loader's start (inside the measured window when its worker starts
+    # after the first batch, as astream's does) over more samples in the CPU figure.
+    p.add_argument("--small-steps", type=int, default=SIZES["small"][3], help="measured steps per rank, ~1 KB")
+    p.add_argument("--large-steps", type=int, default=SIZES["large"][3], help="measured steps per rank, ~100 KB")
     p.add_argument("--only", default="small,large")
     p.add_argument("--caches", default="cold,warm")
     p.add_argument("--libs", default="astream,mosaic")
