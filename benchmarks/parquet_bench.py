@@ -20,7 +20,7 @@ astream / floor (rows per second).
 
     python benchmarks/parquet_bench.py                     # 4 files x 8 row groups x 32768 rows
     python benchmarks/parquet_bench.py --rows 16384 --runs 5 --http
-    python benchmarks/parquet_bench.py --hf-python /path/to/venv/bin/python
+    python benchmarks/parquet_bench.py --hf-python "$VENV/bin/python"
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ Writes ``--tars`` tars of ``--samples`` samples (a ``cls`` member and a ``--byte
 
 Medians of ``--runs`` alternated runs.
 
-    python benchmarks/wds_bench.py --wds-python /path/to/venv/bin/python
+    python benchmarks/wds_bench.py --wds-python "$VENV/bin/python"
 """
 
 from __future__ import annotations

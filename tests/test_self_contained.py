@@ -78,7 +78,7 @@ def test_the_patterns_catch_what_they_are_for() -> None:
         keys[1]: f"see {SHARED}/spec/sample-order.md",
         keys[2]: f"see {PEER}.md",
         keys[3]: f'PEER_PYTHON = "/{WORK}/peer-venv/bin/python"',
-        keys[4]: "/home/alice/venv/bin/python",
+        keys[4]: "/home/alice/" + "venv/bin/python",  # (in two parts: this file names no such path)
         keys[5]: "devvenv/bin/python bench.py",
     }
     assert samples.keys() == FORBIDDEN.keys()
