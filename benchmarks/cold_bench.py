@@ -48,13 +48,12 @@ import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from loader_bench import _tree_rss, child_env
+from loader_bench import child_env, measured_child
 
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
@@ -269,34 +268,14 @@ def run_one(mode: str, name: str, root: Path, port: int, scratch: Path, peer_pyt
                    AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
     else:
         remote = f"http://127.0.0.1:{port}/bucket/{name}"
-    load_before = os.getloadavg()[0]
-    proc = subprocess.Popen(
-        [python, __file__, "--worker", "astream" if lib == "warm" else lib, remote, local, str(resume),
-         "1" if profile else "0"], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    stop = threading.Event()
-
-    def poll() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
-            stop.wait(0.02)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
+    cmd = [python, __file__, "--worker", "astream" if lib == "warm" else lib, remote, local, str(resume),
+           "1" if profile else "0"]
     try:
-        out, err = proc.communicate(timeout=1800)
+        result = measured_child(cmd, env, f"{mode} {name}")
     finally:
-        stop.set()
-        poller.join()
         if mode != "warm":
             shutil.rmtree(local, ignore_errors=True)
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{mode} {name} failed (exit {proc.returncode}):\n{err[-4000:]}")
-    result = dict(json.loads(out.strip().splitlines()[-1]))
-    result["rss_mb"] = peak / 1e6
-    result["load"] = (load_before + os.getloadavg()[0]) / 2
     return result
 
 

@@ -186,6 +186,35 @@ def _tree_rss(pid: int) -> int:
     return total
 
 
+def measured_child(cmd: list[str], env: dict[str, str], what: str) -> dict[str, Any]:
+    """Run one measured child: its last stdout line (JSON), plus the peak RSS of its process
+    tree (``rss_mb``, polled every 20 ms) and the machine's mean load over the run."""
+    load_before = os.getloadavg()[0]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    peak = 0
+    stop = threading.Event()
+
+    def poll() -> None:
+        nonlocal peak
+        while not stop.is_set():
+            peak = max(peak, _tree_rss(proc.pid))
+            stop.wait(0.02)
+
+    poller = threading.Thread(target=poll, daemon=True)
+    poller.start()
+    try:
+        out, err = proc.communicate(timeout=1800)
+    finally:
+        stop.set()
+        poller.join()
+    if proc.returncode != 0:
+        raise SystemExit(f"{what} failed (exit {proc.returncode}):\n{err[-4000:]}")
+    result = dict(json.loads(out.strip().splitlines()[-1]))
+    result["rss_mb"] = peak / 1e6
+    result["load"] = (load_before + os.getloadavg()[0]) / 2
+    return result
+
+
 def child_env(data: Path) -> dict[str, str]:
     """The environment of a run: bytecode cached (outside the repo), as an installed package has it.
 
@@ -226,33 +255,13 @@ def run_one(lib: str, how: str, cache: str, name: str, workers: int, root: Path,
         remote = f"s3://bucket/{name}"
         env.update(S3_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ACCESS_KEY_ID="x",
                    AWS_SECRET_ACCESS_KEY="x", AWS_DEFAULT_REGION="us-east-1")
-    load_before = os.getloadavg()[0]
-    proc = subprocess.Popen([python, __file__, "--worker", lib, how, remote, local, str(workers), str(epochs)], env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    peak = 0
-    stop = threading.Event()
-
-    def poll() -> None:
-        nonlocal peak
-        while not stop.is_set():
-            peak = max(peak, _tree_rss(proc.pid))
-            stop.wait(0.02)
-
-    poller = threading.Thread(target=poll, daemon=True)
-    poller.start()
     try:
-        out, err = proc.communicate(timeout=1800)
+        result = measured_child([python, __file__, "--worker", lib, how, remote, local, str(workers), str(epochs)],
+                                env, f"{lib} {how} {cache} {name}")
     finally:
-        stop.set()
-        poller.join()
         if cache != "warm":
             shutil.rmtree(local, ignore_errors=True)
         shutil.rmtree(env["TMPDIR"], ignore_errors=True)
-    if proc.returncode != 0:
-        raise SystemExit(f"{lib} {how} {cache} {name} failed (exit {proc.returncode}):\n{err[-4000:]}")
-    result = dict(json.loads(out.strip().splitlines()[-1]))
-    result["rss_mb"] = peak / 1e6
-    result["load"] = (load_before + os.getloadavg()[0]) / 2
     return result
 
 
