@@ -99,10 +99,12 @@ def prefix(backend: Backend) -> Iterator[str]:
 class Events:
     def __init__(self) -> None:
         self.retries: list[tuple[int, bool]] = []
+        self.causes: list[str] = []
         self.bytes = 0
 
     def on_retry(self, url: str, attempt: int, cause: BaseException, throttled: bool) -> None:
         self.retries.append((attempt, throttled))
+        self.causes.append(f"{type(cause).__name__}: {cause}")
 
     def on_bytes(self, count: int) -> None:
         self.bytes += count
@@ -197,8 +199,15 @@ async def test_survives_faults(
         assert (tmp_path / "out" / "big").read_bytes() == big
         assert os.listdir(tmp_path / "out") == ["big"]
         if fault.kind == "status":
-            assert len(events.retries) == fault_count(fault)
-            assert all(t == throttled for _, t in events.retries)
+            # Each injected status is retried once, classified as it should be. A retry of
+            # something else (a pooled connection the server closed, seen once on a loaded
+            # CI machine with moto) may come on top, but never as throttling.
+            status = f" {fault.status}"
+            injected = [(r, c) for r, c in zip(events.retries, events.causes, strict=True) if status in c]
+            other = [(r, c) for r, c in zip(events.retries, events.causes, strict=True) if status not in c]
+            assert len(injected) == fault_count(fault), events.causes
+            assert all(t == throttled for (_, t), _c in injected), events.causes
+            assert not any(t for (_, t), _c in other), events.causes
         # Failing for good leaves nothing behind either.
         backend.proxy.add(Fault("status", match="*big.bin*", status=503, retry_after="0", times=None))
         with pytest.raises(DownloadError):
