@@ -2,8 +2,9 @@
 
 ``astream index`` writes :data:`WDS_INDEX` next to the tars (each tar's name, size, etag,
 sample count and extensions). Without it, the folder or prefix is listed and each tar's
-headers are scanned once: in place for a local folder, else through a temporary copy in
-the local cache (removed afterwards). Scans already in the local cache's copy are reused
+headers are scanned once: in place for a local folder, else through a copy in the local
+cache, which stays there as the cached tar when the cache has no ``cache_limit`` (each tar
+is then fetched once) and is removed otherwise. Scans already in the local cache's copy are reused
 while a tar's size and etag are unchanged. The index is written to the local cache as
 ``index.json``, where the node agent reads it.
 """
@@ -17,6 +18,8 @@ import os
 import warnings
 from collections.abc import Sequence
 
+from astream._cache.durability import BackgroundSync
+from astream._cache.install import temp_name
 from astream._format.files import save_rebuildable
 from astream._format.index import INDEX_NAME, Index, ShardInfo
 from astream._format.webdataset import BIG_MEMBER, TAR_SUFFIXES, TarSummary, scan_tar, tar_entry
@@ -70,8 +73,16 @@ def build_wds_index(entries: Sequence[Entry], where: str) -> Index:
     return Index(tuple(shards), where)
 
 
-async def scan_tars(storage: Storage, root: str, scratch: str, known: Sequence[Entry] = ()) -> list[Entry]:
+async def scan_tars(storage: Storage, root: str, scratch: str, known: Sequence[Entry] = (),
+                    keep: bool = False) -> list[Entry]:
     """List the tars under ``root`` and scan their headers (``scratch``: a folder for copies).
+
+    Args:
+        keep: ``scratch`` is the stream's cache folder, and the copies stay there as the
+            cached tars (the cache finds them and fetches nothing): each tar crosses the
+            network once. They appear by rename of a complete file, fsynced behind a
+            durability marker (:class:`~astream._cache.durability.BackgroundSync`), like
+            the engine's own installs. Otherwise the copies are removed.
 
     Raises:
         UsageError: the remote cannot be listed (write an index with ``astream index``).
@@ -95,19 +106,39 @@ async def scan_tars(storage: Storage, root: str, scratch: str, known: Sequence[E
         async with slots:
             if local:
                 return name, size, etag, await loop.run_in_executor(None, scan_tar, local_path_of(url), url)
-            os.makedirs(scratch, exist_ok=True)
-            tmp = os.path.join(scratch, f".scan.{os.getpid()}.{os.urandom(4).hex()}.tar")
+            final = os.path.join(scratch, *name.split("/"))
+            os.makedirs(os.path.dirname(final), exist_ok=True)
+            # A name the cache's start-up sweep removes if this process dies before the end.
+            tmp = temp_name(final) if keep else os.path.join(scratch, f".scan.{os.getpid()}.{os.urandom(4).hex()}.tar")
             try:
                 await storage.fetch(url, tmp)
-                return name, size, etag, await loop.run_in_executor(None, scan_tar, tmp, url)
+                summary = await loop.run_in_executor(None, scan_tar, tmp, url)
+                if keep and _size(tmp) == size:
+                    await sync.prepare()  # the marker is durable before the rename it covers
+                    await loop.run_in_executor(None, os.replace, tmp, final)
+                    sync.submit(final)
+                return name, size, etag, summary
             finally:
                 await loop.run_in_executor(None, _remove, tmp)
 
-    return list(await asyncio.gather(*(one(n, i.size, i.etag) for n, i in objects if n.endswith(TAR_SUFFIXES))))
+    sync = BackgroundSync(scratch)
+    try:
+        return list(await asyncio.gather(*(one(n, i.size, i.etag) for n, i in objects
+                                           if n.endswith(TAR_SUFFIXES))))
+    finally:
+        await sync.drain()
+        sync.close()
 
 
-async def load_wds_index(local: str, remote: str, split: str | None, pool: StoragePool) -> Index:
-    """The index of the WebDataset stream at ``remote``, written to ``<local>/[split/]index.json`` too."""
+async def load_wds_index(local: str, remote: str, split: str | None, pool: StoragePool,
+                         keep_scans: bool = False) -> Index:
+    """The index of the WebDataset stream at ``remote``, written to ``<local>/[split/]index.json`` too.
+
+    Args:
+        keep_scans: a remote tar fetched to scan its headers stays in the cache as the
+            cached shard (for a cache without ``cache_limit``: copies kept before the
+            engine runs would not be under its accounting).
+    """
     root = join_url(remote, split)
     local_root = os.path.join(local, split) if split else local
     storage = pool.get(root)
@@ -118,7 +149,7 @@ async def load_wds_index(local: str, remote: str, split: str | None, pool: Stora
     except RemoteNotFoundError:
         cached_path = os.path.join(local_root, WDS_INDEX)
         known = await loop.run_in_executor(None, _read_cached, cached_path)
-        entries = await scan_tars(storage, root, local_root, known)
+        entries = await scan_tars(storage, root, local_root, known, keep=keep_scans)
         await loop.run_in_executor(None, save_rebuildable, cached_path, dump_tars(entries))
     index = build_wds_index(entries, root)
     await loop.run_in_executor(None, save_rebuildable, os.path.join(local_root, INDEX_NAME), index.dumps())
@@ -131,6 +162,13 @@ def _read_cached(path: str) -> list[Entry]:
             return load_tars(fh.read(), path)
     except (OSError, IndexFormatError):
         return []
+
+
+def _size(path: str) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return -1
 
 
 def _remove(path: str) -> None:

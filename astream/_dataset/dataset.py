@@ -106,7 +106,7 @@ class StreamingDataset(RandomAccess):
         columns: Sequence[str] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
-        self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams))
+        self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
@@ -245,7 +245,7 @@ class StreamingDataset(RandomAccess):
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
 
 
-async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
+async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
@@ -257,7 +257,7 @@ async def _load_indexes(streams: Sequence[Stream]) -> list[Index]:
             assert s.remote is not None  # such a stream always reads its files from somewhere
             async with StoragePool(configure(s.remote, s.remote_config)) as pool:
                 if s.format == "webdataset":
-                    return await load_wds_index(s.local_dir, s.remote, s.split, pool)
+                    return await load_wds_index(s.local_dir, s.remote, s.split, pool, keep_scans=unbounded)
                 return await load_parquet_index(s.local_dir, s.remote, s.split, s.columns, pool)
         if s.remote is None or not s.remote_config:
             return await load_index(s.local_dir, s.remote, s.split)

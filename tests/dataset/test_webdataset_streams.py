@@ -117,8 +117,21 @@ def test_s3_prefix_listed(folder: Path, tmp_path: Path) -> None:
                               batch_size=32)
         try:
             assert [i for batch in Loader(ds, drop_last=False) for i in _ids(batch)] == list(range(TOTAL))
+            # The copies fetched to scan the headers are the cached tars: nothing crossed twice.
+            assert ds.stats().shards_downloaded == 0
+            assert sorted(p.name for p in (tmp_path / "cache").iterdir() if p.name.endswith(("tar", "gz"))) == \
+                sorted(name for name, *_ in TARS)
         finally:
             ds.close()
+        # A bounded cache keeps no copy made before its engine could account for it.
+        bounded = StreamingDataset(remote="s3://wds-bucket/tars", local=str(tmp_path / "bounded"),
+                                   format="webdataset", batch_size=32, cache_limit="10mb")
+        try:
+            assert not [p for p in (tmp_path / "bounded").iterdir() if p.name.endswith(("tar", "gz"))]
+            assert len([i for batch in Loader(bounded, drop_last=False) for i in _ids(batch)]) == TOTAL
+            assert bounded.stats().shards_downloaded == len(TARS)
+        finally:
+            bounded.close()
 
 
 def test_bad_input_is_named(folder: Path, tmp_path: Path) -> None:

@@ -1,0 +1,97 @@
+"""astream._format.tar reads the same members as tarfile from the archives tarfile writes
+(ustar, GNU and pax, long and non-ASCII names, links and directories), and refuses what is
+not a complete tar."""
+
+from __future__ import annotations
+
+import io
+import tarfile
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from astream._format.tar import BLOCK, tar_members
+from astream.errors import ShardFormatError
+
+
+def _archive(fmt: int, entries: list[tuple[str, bytes | None]]) -> bytes:
+    """A tar of ``entries`` (a ``None`` body: a directory, then a symlink and a hard link to it)."""
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=fmt) as tar:
+        for name, body in entries:
+            if body is None:
+                for kind, suffix in ((tarfile.DIRTYPE, ""), (tarfile.SYMTYPE, ".sym")):
+                    info = tarfile.TarInfo(name + suffix)
+                    info.type = kind
+                    info.linkname = "elsewhere"
+                    tar.addfile(info)
+                continue
+            info = tarfile.TarInfo(name)
+            info.size = len(body)
+            tar.addfile(info, io.BytesIO(body))
+    return out.getvalue()
+
+
+def _expected(data: bytes) -> list[tuple[str, int, int]]:
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r|") as tar:
+        return [(m.name, m.offset_data, m.size) for m in tar if m.isfile()]
+
+
+LONG = "deep/" * 30 + "sample.with.dots.jpg"  # 170 characters: a ustar prefix, a GNU or pax long name
+
+
+@pytest.mark.parametrize("fmt", [tarfile.USTAR_FORMAT, tarfile.GNU_FORMAT, tarfile.PAX_FORMAT])
+def test_same_members_as_tarfile(fmt: int) -> None:
+    entries: list[tuple[str, bytes | None]] = [
+        ("a/000001.cls", b"7"), ("a/000001.jpg", bytes(range(256)) * 5), ("a/empty.txt", b""),
+        ("a/dir", None), (LONG, b"x" * 513), ("b/000002.seg.png", b"y" * BLOCK),
+    ]
+    if fmt != tarfile.USTAR_FORMAT:
+        entries += [("x" * 120 + "/ünïcödé.json", b"{}"), ("n" * 150 + ".cls", b"1")]
+    data = _archive(fmt, entries)
+    got = tar_members(data, "t.tar")
+    assert got == _expected(data)
+    assert [n for n, _, _ in got if n.endswith("jpg")] == ["a/000001.jpg", LONG]
+    for name, offset, size in got:
+        body = dict(e for e in entries if e[1] is not None)[name]
+        assert data[offset : offset + size] == body
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.text("abc/._-é", min_size=1, max_size=140).filter(lambda n: not n.endswith("/")),
+                          st.binary(max_size=1500)), max_size=12),
+       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]))
+def test_any_archive_matches_tarfile(entries: list[tuple[str, bytes]], fmt: int) -> None:
+    data = _archive(fmt, list(entries))
+    assert tar_members(data, "t.tar") == _expected(data)
+
+
+def test_a_pax_size_record_wins() -> None:
+    # pax carries sizes a ustar field cannot hold; here a small one, written by hand.
+    info = tarfile.TarInfo("big.bin")
+    info.size = 3
+    info.pax_headers = {"size": "3", "path": "renamed/by/pax.bin"}
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(b"abc"))
+    data = out.getvalue()
+    assert tar_members(data, "p.tar") == _expected(data)
+    assert tar_members(data, "p.tar")[0][0] == "renamed/by/pax.bin"
+
+
+def test_refuses_what_is_not_a_whole_tar() -> None:
+    data = _archive(tarfile.GNU_FORMAT, [("a.cls", b"1" * 700), ("b.cls", b"2" * 100)])
+    with pytest.raises(ShardFormatError, match=r"t\.tar: not a tar file"):
+        tar_members(b"this is not a tar archive" * 40, "t.tar")
+    with pytest.raises(ShardFormatError, match="truncated"):
+        tar_members(data[:BLOCK + 300], "t.tar")  # cut inside the first member
+    with pytest.raises(ShardFormatError, match="truncated"):
+        tar_members(data[:100], "t.tar")
+    corrupt = bytearray(data)
+    second = 2 * BLOCK + BLOCK  # a.cls's header, its 700 bytes padded to two blocks, then b.cls's header
+    corrupt[second + 5] ^= 0x01  # a name byte: the checksum no longer matches
+    with pytest.raises(ShardFormatError, match=f"bad header checksum at byte {second}"):
+        tar_members(bytes(corrupt), "t.tar")
+    # Cut at a member boundary, without the end blocks: the members before the cut, as tarfile reads it.
+    assert tar_members(data[: 3 * BLOCK], "t.tar") == [("a.cls", BLOCK, 700)]
