@@ -148,6 +148,10 @@ class ShardEngine(Installation, AsyncResource):
         self.stats.cache_bytes = self.cache.used
         if self._sync is not None:
             self._sync.adopt(self.cache.orphan_markers)
+            if not self.cache.local_only and any(e.state is not State.READY for e in self.cache.entries):
+                # Something will be fetched: make the marker now (two fsyncs), not when the
+                # first shard is about to be renamed, where the consumer waits for it.
+                self._sync.start_prepare()
 
     async def aclose(self) -> None:
         """Cancel transfers in flight (leaving no temporaries), close backends; idempotent."""

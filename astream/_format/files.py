@@ -27,7 +27,7 @@ def fsync_dir(directory: str) -> None:
             os.close(fd)
 
 
-def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> None:
+def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True, sync: bool = True) -> None:
     """Write ``data`` to ``path`` atomically (temp file + fsync + rename).
 
     Args:
@@ -36,6 +36,9 @@ def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> 
         sync_dir: also fsync the directory, making the rename itself durable. A writer of
             many files can skip it per file and call :func:`sync_dir` once before the file
             that makes the others reachable (MDS: index.json).
+        sync: fsync the file before the rename (without it, and without ``sync_dir``,
+            readers on this machine still see the old file or the whole new one; only a
+            power cut may leave it empty or torn).
 
     Raises:
         OSError: the disk refused; no temporary file is left behind.
@@ -46,24 +49,29 @@ def atomic_write(path: str, data: bytes | memoryview, sync_dir: bool = True) -> 
         with open(tmp, "wb") as fh:
             fh.write(data)
             fh.flush()
-            os.fsync(fh.fileno())
+            if sync:
+                os.fsync(fh.fileno())
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(OSError):
             os.unlink(tmp)
         raise
-    if sync_dir:
+    if sync_dir and sync:
         fsync_dir(os.path.dirname(os.path.abspath(path)))
 
 
 def save_rebuildable(path: str, data: bytes) -> None:
     """Write a file that can be rebuilt from others (a cached index), creating its folder.
 
-    Replaced whole, like :func:`atomic_write`, but without the directory fsync: after a
-    power cut the old file or none is seen, and either is only rebuilt.
+    Replaced whole by rename, like :func:`atomic_write`, but with no fsync at all (they
+    cost milliseconds on the path to a first batch): on this machine a reader sees the old
+    file or the whole new one; after a power cut it may find the old one, none, or an
+    empty or torn one, and its reader rebuilds what does not parse (the cached Parquet
+    footers and tar scans), or the file is written again before it is read (the
+    ``index.json`` of a Parquet or WebDataset stream, rewritten by every run).
     """
     os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
-    atomic_write(path, data, sync_dir=False)
+    atomic_write(path, data, sync_dir=False, sync=False)
 
 
 class BackgroundCommit:

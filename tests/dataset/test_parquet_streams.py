@@ -273,3 +273,26 @@ def test_bounded_cache_evicts_row_groups_and_a_local_folder_reads_in_place(tmp_p
         assert stats.bytes_downloaded >= sum(sizes)  # ranged fetches are counted
     finally:
         ds.close()
+
+
+def test_a_torn_cached_index_is_rebuilt(folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
+    # The cached footers are written without fsync: after a power cut the file may be empty
+    # or cut short, and must then be read from the files again, never trusted.
+    root, truth = folder
+    cache = tmp_path / "cache"
+    first = StreamingDataset(remote=str(root), local=str(cache), format="parquet")
+    size = first.size
+    first.close()
+    cached = cache / "index.parquet.json"
+    whole = cached.read_bytes()
+    for torn in (b"", whole[: len(whole) // 2], bytes(len(whole))):
+        cached.write_bytes(torn)
+        again = StreamingDataset(remote=str(root), local=str(cache), format="parquet")
+        try:
+            assert again.size == size
+            assert cached.read_bytes() == whole
+            loader = Loader(again, batch_size=16, drop_last=False)
+            assert len(_check(next(iter(loader)), truth)) == 16
+            loader.close()
+        finally:
+            again.close()
