@@ -13,7 +13,10 @@ With ``--hf-python PYTHON`` (an interpreter with Hugging Face ``datasets`` insta
 not a dependency of astream), Hugging Face's streaming reader of the same files runs too,
 in a subprocess of that interpreter: ``load_dataset("parquet", data_files=..., streaming=True)``
 iterated in batches of the same size, numbers turned into NumPy arrays; its time to the
-first batch is reported beside astream's (cold cache).
+first batch is reported beside astream's (cold cache). ``--lit-python PYTHON`` does the same
+with LitData's Parquet streaming (``index_parquet_dataset`` + ``ParquetLoader``, see
+``_LIT``); docs/bench/peer.md says how to install it. Each peer also reports the time from a
+fresh dataset's ``load_state_dict`` at 90% of the epoch to its first batch.
 
 Both sides run alternately, ``--runs`` times; the page reports medians and the ratio
 astream / floor (rows per second).
@@ -21,12 +24,14 @@ astream / floor (rows per second).
     python benchmarks/parquet_bench.py                     # 4 files x 8 row groups x 32768 rows
     python benchmarks/parquet_bench.py --rows 16384 --runs 5 --http
     python benchmarks/parquet_bench.py --hf-python "$VENV/bin/python"
+    python benchmarks/parquet_bench.py --hf-python "$HF_VENV/bin/python" --lit-python "$LIT_VENV/bin/python"
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -101,32 +106,102 @@ for b in it:
         state = it.state_dict()
 t1 = time.perf_counter()
 again = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
+t2 = time.perf_counter()
 again.load_state_dict(state)
 for b in again:
     break
 resume = time.perf_counter() - t1
-print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume": resume}), flush=True)
+from_state = time.perf_counter() - t2
+print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume": resume,
+                  "from_state": from_state}), flush=True)
 """.replace("BATCH", str(BATCH))
 
 
-def hf_pass(python: str, root: Path) -> tuple[float, int, float, float]:
-    """Hugging Face datasets streaming, in ``python``: (seconds, rows, first batch s, resume s)."""
+def hf_pass(python: str, root: Path) -> dict[str, float]:
+    """Hugging Face datasets streaming, in ``python``: seconds and rows of its pass, first
+    batch, resume from construction and from ``load_state_dict``."""
     files = [str(p) for p in sorted(root.glob("*.parquet"))]
     out = subprocess.run([python, "-c", _HF, *files], check=True, capture_output=True, text=True).stdout
-    got = json.loads(out.strip().splitlines()[-1])
-    return got["seconds"], got["rows"], got["first"], got["resume"]
+    got: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return got
 
 
-def astream_resume(remote: str, cache: Path, total: int) -> float:
-    """A fresh dataset (cold cache) resumed at 90% of the epoch: seconds from its construction
-    and ``load_state_dict`` to the first batch."""
+# LitData: its Parquet streaming (index_parquet_dataset, then StreamingDataset with its
+# ParquetLoader and StreamingDataLoader), torch tensors turned into NumPy arrays. The index
+# is written once (timed apart, like `astream index`); the cold pass is timed from
+# constructing the dataset; the state is taken at 90% of that pass; the warm pass is a
+# second epoch of the same loader; "resume" is a fresh dataset and loader from their
+# construction and load_state_dict to the first batch.
+_LIT = """
+import json, sys, time
+import torch
+from litdata import StreamingDataLoader, StreamingDataset, index_parquet_dataset
+from litdata.streaming.item_loader import ParquetLoader
+data, cache, total = sys.argv[1], sys.argv[2], int(sys.argv[3])
+t0 = time.perf_counter()
+index_parquet_dataset(data)
+index_s = time.perf_counter() - t0
+def make():
+    ds = StreamingDataset(data, item_loader=ParquetLoader(), cache_dir=cache)
+    return StreamingDataLoader(ds, batch_size=BATCH, num_workers=0)
+def numpy(batch):
+    return {k: (v.numpy() if isinstance(v, torch.Tensor) else v) for k, v in batch.items()}
+t0 = time.perf_counter()
+loader = make()
+rows, first, state, at = 0, None, None, 0
+for b in loader:
+    rows += len(numpy(b)["id"])
+    if first is None:
+        first = time.perf_counter() - t0
+    if state is None and rows >= 0.9 * total:
+        state, at = loader.state_dict(), rows
+cold = time.perf_counter() - t0
+t0 = time.perf_counter()
+warm_rows = sum(len(numpy(b)["id"]) for b in loader)
+warm = time.perf_counter() - t0
+t0 = time.perf_counter()
+again = make()
+t1 = time.perf_counter()
+again.load_state_dict(state)
+resumed = numpy(next(iter(again)))
+resume = time.perf_counter() - t0
+from_state = time.perf_counter() - t1
+assert int(resumed["id"][0]) == at, (int(resumed["id"][0]), at)  # resumed where the state was taken
+print(json.dumps({"index": index_s, "cold": cold, "warm": warm, "rows": rows, "warm_rows": warm_rows,
+                  "first": first, "resume": resume, "from_state": from_state}), flush=True)
+""".replace("BATCH", str(BATCH))
+
+
+def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, float]:
+    """LitData's Parquet streaming, in ``python``, over hard links of ``root``'s files in a
+    folder of its own (it writes its index.json there): seconds and rows of each pass."""
+    data = work / "lit-data"
+    shutil.rmtree(data, ignore_errors=True)
+    data.mkdir()
+    for path in sorted(root.glob("*.parquet")):
+        os.link(path, data / path.name)
+    cache = work / "lit-cache"
+    shutil.rmtree(cache, ignore_errors=True)
+    out = subprocess.run([python, "-c", _LIT, str(data), str(cache), str(total)], check=True, capture_output=True,
+                         text=True, cwd=work).stdout
+    got: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    return got
+
+
+def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
+    """A fresh dataset (cold cache) resumed at 90% of the epoch: seconds to the first batch
+    from its construction, and from ``load_state_dict``."""
     start = time.perf_counter()
     ds = StreamingDataset(remote=remote, local=str(cache), format="parquet", batch_size=BATCH)
     loader = Loader(ds, num_workers=0, drop_last=False)
     try:
-        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": int(0.9 * total)})
-        next(iter(loader))
-        return time.perf_counter() - start
+        state = {**loader.state_dict(), "sample_in_epoch": int(0.9 * total)}
+        loaded = time.perf_counter()
+        loader.load_state_dict(state)
+        batch = next(iter(loader))
+        assert int(batch["id"][0]) == int(0.9 * total)  # unshuffled: the row the state points at
+        end = time.perf_counter()
+        return end - start, end - loaded
     finally:
         loader.close()
         ds.close()
@@ -161,6 +236,8 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--http", action="store_true", help="astream reads over loopback HTTP")
     parser.add_argument("--hf-python", help="an interpreter with Hugging Face datasets: compare its streaming")
+    parser.add_argument("--lit-python", help="an interpreter with litdata (and torch, polars): compare its "
+                        "Parquet streaming")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="parquet-bench-"))
     data = work / "data"
@@ -171,8 +248,12 @@ def main() -> None:
     results: dict[str, list[float]] = {"floor": [], "warm": [], "cold": []}
     firsts: dict[str, list[float]] = {"cold": []}
     resumes: dict[str, list[float]] = {"astream": []}
+    from_state: dict[str, list[float]] = {"astream": []}
     if args.hf_python:
-        results["hf"], firsts["hf"], resumes["hf"] = [], [], []
+        results["hf"], firsts["hf"], resumes["hf"], from_state["hf"] = [], [], [], []
+    if args.lit_python:
+        results["lit cold"], results["lit warm"], firsts["lit"], resumes["lit"], from_state["lit"] = [], [], [], [], []
+        lit_index: list[float] = []
     server = None
     try:
         remote = str(data)
@@ -194,13 +275,25 @@ def main() -> None:
                 if kind == "cold":
                     firsts["cold"].append(first)
             shutil.rmtree(cache, ignore_errors=True)
-            resumes["astream"].append(astream_resume(remote, cache, total))
+            whole, after_state = astream_resume(remote, cache, total)
+            resumes["astream"].append(whole)
+            from_state["astream"].append(after_state)
             if args.hf_python:
-                seconds, rows, first, resume = hf_pass(args.hf_python, data)
-                assert rows == total
-                results["hf"].append(rows / seconds)
-                firsts["hf"].append(first)
-                resumes["hf"].append(resume)
+                hf = hf_pass(args.hf_python, data)
+                assert hf["rows"] == total
+                results["hf"].append(total / hf["seconds"])
+                firsts["hf"].append(hf["first"])
+                resumes["hf"].append(hf["resume"])
+                from_state["hf"].append(hf["from_state"])
+            if args.lit_python:
+                lit = lit_pass(args.lit_python, data, work, total)
+                assert lit["rows"] == lit["warm_rows"] == total
+                results["lit cold"].append(total / lit["cold"])
+                results["lit warm"].append(total / lit["warm"])
+                firsts["lit"].append(lit["first"])
+                resumes["lit"].append(lit["resume"])
+                from_state["lit"].append(lit["from_state"])
+                lit_index.append(lit["index"])
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items()))
     finally:
         if server is not None:
@@ -211,10 +304,23 @@ def main() -> None:
     print(f"astream warm / floor = {med['warm'] / med['floor']:.2f}x, cold / floor = {med['cold'] / med['floor']:.2f}x")
     print("first batch (cold, from constructing the dataset): " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in firsts.items()))
-    print("resume at 90% to the first batch (cold): " + ", ".join(
-        f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in resumes.items()))
+    print("resume at 90% to the first batch (cold), from constructing the dataset: " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in resumes.items()))
+    print("                                   ... from load_state_dict: " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in from_state.items()))
     if "hf" in med:
         print(f"astream warm / hf = {med['warm'] / med['hf']:.2f}x, cold / hf = {med['cold'] / med['hf']:.2f}x")
+    if "lit warm" in med:
+        print(f"astream warm / lit warm = {med['warm'] / med['lit warm']:.2f}x, cold / lit cold = "
+              f"{med['cold'] / med['lit cold']:.2f}x (lit's index_parquet_dataset: "
+              f"{statistics.median(lit_index) * 1e3:.0f} ms, not in its cold pass)")
+    peers = [k for k in ("hf", "lit") if k in resumes]
+    for label, table in (("from construction", resumes), ("from load_state_dict", from_state)):
+        mine = statistics.median(table["astream"])
+        line = f"resume {label}: astream / its first batch = {mine / statistics.median(firsts['cold']):.2f}x"
+        if peers:
+            line += f", astream / fastest peer = {mine / min(statistics.median(table[k]) for k in peers):.2f}x"
+        print(line)
 
 
 if __name__ == "__main__":

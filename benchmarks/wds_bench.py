@@ -9,11 +9,17 @@ Writes ``--tars`` tars of ``--samples`` samples (a ``cls`` member and a ``--byte
   a dependency of astream), samples per second over the whole pass;
 - ``astream warm``: ``StreamingDataset(format="webdataset")`` + ``Loader(num_workers=0)``,
   batch 256, no shuffle, every tar already cached (a second epoch);
-- ``astream cold``: the same from a fresh cache, the tars fetched from the local folder.
+- ``astream cold``: the same from a fresh cache, the tars fetched from the local folder
+  (the index built by scanning each tar's headers in place).
+
+With ``--http`` both read from a loopback HTTP server instead: ``webdataset`` the tars' URLs
+(it streams each through ``curl``), astream the server with the index ``astream index``
+wrote next to the tars (a web server cannot list), each tar fetched once into the cache.
 
 Medians of ``--runs`` alternated runs.
 
     python benchmarks/wds_bench.py --wds-python "$VENV/bin/python"
+    python benchmarks/wds_bench.py --wds-python "$VENV/bin/python" --http
 """
 
 from __future__ import annotations
@@ -32,6 +38,8 @@ from pathlib import Path
 import numpy as np
 
 from astream import Loader, StreamingDataset
+from astream.cli import main as cli
+from astream.testing import LoopbackServer
 
 BATCH = 256
 
@@ -59,16 +67,16 @@ def write(root: Path, tars: int, samples: int, size: int) -> int:
     return tars * samples
 
 
-def wds_pass(python: str, root: Path) -> tuple[float, int]:
-    paths = [str(p) for p in sorted(root.glob("*.tar"))]
+def wds_pass(python: str, root: Path, url: str | None) -> tuple[float, int]:
+    paths = [f"{url}/{p.name}" if url else str(p) for p in sorted(root.glob("*.tar"))]
     out = subprocess.run([python, "-c", _WDS, *paths], check=True, capture_output=True, text=True).stdout
     got = json.loads(out.strip().splitlines()[-1])
     return got["seconds"], got["samples"]
 
 
-def astream_pass(root: Path, cache: Path, epochs: int) -> tuple[float, int]:
+def astream_pass(remote: str, cache: Path, epochs: int) -> tuple[float, int]:
     start = time.perf_counter()
-    ds = StreamingDataset(remote=str(root), local=str(cache), format="webdataset", batch_size=BATCH)
+    ds = StreamingDataset(remote=remote, local=str(cache), format="webdataset", batch_size=BATCH)
     loader = Loader(ds, num_workers=0, drop_last=False)
     try:
         for _ in range(epochs - 1):
@@ -89,6 +97,7 @@ def main() -> None:
     parser.add_argument("--bytes", type=int, default=4096)
     parser.add_argument("--runs", type=int, default=3)
     parser.add_argument("--wds-python", help="an interpreter with the webdataset package")
+    parser.add_argument("--http", action="store_true", help="both read from a loopback HTTP server")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="wds-bench-"))
     data = work / "data"
@@ -99,20 +108,28 @@ def main() -> None:
     results: dict[str, list[float]] = {"warm": [], "cold": []}
     if args.wds_python:
         results["webdataset"] = []
+    server = None
     try:
+        remote, url = str(data), None
+        if args.http:
+            cli(["-q", "index", str(data)])
+            server = LoopbackServer(str(data)).__enter__()
+            remote = url = server.url
         for run in range(args.runs):
             cache = work / f"cache-{run}"
             for kind, epochs in (("cold", 1), ("warm", 2)):
                 shutil.rmtree(cache, ignore_errors=True)
-                seconds, n = astream_pass(data, cache, epochs)
+                seconds, n = astream_pass(remote, cache, epochs)
                 assert n == total
                 results[kind].append(n / seconds)
             if args.wds_python:
-                seconds, n = wds_pass(args.wds_python, data)
+                seconds, n = wds_pass(args.wds_python, data, url)
                 assert n == total
                 results["webdataset"].append(n / seconds)
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} samples/s" for k, v in results.items()))
     finally:
+        if server is not None:
+            server.__exit__(None, None, None)
         shutil.rmtree(work, ignore_errors=True)
     med = {k: statistics.median(v) for k, v in results.items()}
     print("medians: " + ", ".join(f"{k} {v:,.0f} samples/s" for k, v in med.items()))

@@ -125,21 +125,28 @@ async def load_parquet_index(
     storage = pool.get(root)
     loop = asyncio.get_running_loop()
     written = join_url(root, PARQUET_INDEX)
-    try:
-        data = await storage.read_bytes(written)
-    except RemoteNotFoundError:
-        data = None
-    footers: list[FileFooter]
-    if data is not None:
-        footers = load_footers(data, written)
-    else:
-        cached_path = os.path.join(local_root, PARQUET_INDEX)
-        known = await loop.run_in_executor(None, _read_cached, cached_path)
-        footers = await scan_footers(storage, root, known)
-        await loop.run_in_executor(None, save_rebuildable, cached_path, dump_footers(footers))
-    index = await loop.run_in_executor(None, build_index, footers, columns, root)
-    await loop.run_in_executor(None, save_rebuildable, os.path.join(local_root, INDEX_NAME), index.dumps())
-    return Index(index.shards, os.path.join(local_root, INDEX_NAME))
+    cached_path = os.path.join(local_root, PARQUET_INDEX)
+
+    async def read_written() -> bytes | None:
+        try:
+            return await storage.read_bytes(written)
+        except RemoteNotFoundError:
+            return None
+
+    # Both at once: each is a round trip (or a thread hop), and a resume waits for them.
+    data, known = await asyncio.gather(read_written(), loop.run_in_executor(None, _read_cached, cached_path))
+    footers = load_footers(data, written) if data is not None else await scan_footers(storage, root, known)
+    index_path = os.path.join(local_root, INDEX_NAME)
+
+    def build_and_save() -> Index:  # one thread hop for the pure work and both writes
+        if data is None:
+            save_rebuildable(cached_path, dump_footers(footers))
+        index = build_index(footers, columns, root)
+        save_rebuildable(index_path, index.dumps())
+        return index
+
+    index = await loop.run_in_executor(None, build_and_save)
+    return Index(index.shards, index_path)
 
 
 def _read_cached(path: str) -> list[FileFooter]:
