@@ -30,6 +30,7 @@ astream / floor (rows per second).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import os
 import shutil
@@ -45,6 +46,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from astream import Loader, StreamingDataset
+from astream._cache.parquet_index import load_parquet_index
+from astream._format.index import Index
+from astream._format.parquet.reader import ParquetLayout, RowGroupReader
+from astream._storage.registry import StoragePool
 from astream.cli import main as cli
 from astream.testing import LoopbackServer
 
@@ -207,6 +212,40 @@ def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
         ds.close()
 
 
+def resume_floor(root: Path, cache: Path, total: int) -> dict[str, float]:
+    """The work a cold resume cannot skip, done directly in this thread (no node agent, no
+    engine, no loop thread): the index from the footers (astream's own code, its writes
+    included), the row group's ranges read from the file into the cache, its decode and the
+    first batch taken. Seconds of each step; what a resume costs above their sum is the
+    orchestration (agent start, socket, engine, thread hops)."""
+    pool = StoragePool()
+    t0 = time.perf_counter()
+    index = asyncio.run(_floor_index(str(root), cache, pool))
+    t1 = time.perf_counter()
+    start = int(0.9 * total)
+    offsets = np.cumsum([0] + [sh.samples for sh in index.shards])
+    k = int(np.searchsorted(offsets, start, side="right")) - 1
+    info = index.shards[k]
+    assert info.source is not None
+    path = cache / f"floor.rg{k}"
+    with open(root / info.source.file, "rb") as src, open(path, "wb") as out:
+        for a, b in info.source.ranges:
+            out.write(os.pread(src.fileno(), b - a, a))
+    t2 = time.perf_counter()
+    reader = RowGroupReader(str(path), ParquetLayout(info, str(root)), info)
+    first = start - int(offsets[k])
+    batch = reader.get_batch(np.arange(first, min(first + BATCH, info.samples)))
+    t3 = time.perf_counter()
+    assert int(batch["id"][0]) == start
+    reader.close()
+    return {"index": t1 - t0, "fetch": t2 - t1, "decode": t3 - t2, "total": t3 - t0}
+
+
+async def _floor_index(root: str, cache: Path, pool: StoragePool) -> Index:
+    async with pool:
+        return await load_parquet_index(str(cache), root, None, None, pool)
+
+
 def astream_pass(remote: str, cache: Path, epochs: int) -> tuple[float, int, float]:
     """The last of ``epochs`` epochs (1: a cold pass, 2: a warm one): (seconds, rows, first batch s)."""
     t0 = time.perf_counter()
@@ -249,6 +288,7 @@ def main() -> None:
     firsts: dict[str, list[float]] = {"cold": []}
     resumes: dict[str, list[float]] = {"astream": []}
     from_state: dict[str, list[float]] = {"astream": []}
+    floors: dict[str, list[float]] = {}
     if args.hf_python:
         results["hf"], firsts["hf"], resumes["hf"], from_state["hf"] = [], [], [], []
     if args.lit_python:
@@ -278,6 +318,9 @@ def main() -> None:
             whole, after_state = astream_resume(remote, cache, total)
             resumes["astream"].append(whole)
             from_state["astream"].append(after_state)
+            shutil.rmtree(cache, ignore_errors=True)
+            for step, seconds in resume_floor(data, cache, total).items():
+                floors.setdefault(step, []).append(seconds)
             if args.hf_python:
                 hf = hf_pass(args.hf_python, data)
                 assert hf["rows"] == total
@@ -314,6 +357,8 @@ def main() -> None:
         print(f"astream warm / lit warm = {med['warm'] / med['lit warm']:.2f}x, cold / lit cold = "
               f"{med['cold'] / med['lit cold']:.2f}x (lit's index_parquet_dataset: "
               f"{statistics.median(lit_index) * 1e3:.0f} ms, not in its cold pass)")
+    print("resume floor (the steps alone, no agent or engine): " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in floors.items()))
     peers = [k for k in ("hf", "lit") if k in resumes]
     for label, table in (("from construction", resumes), ("from load_state_dict", from_state)):
         mine = statistics.median(table["astream"])
