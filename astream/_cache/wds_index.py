@@ -115,7 +115,9 @@ async def scan_tars(storage: Storage, root: str, scratch: str, known: Sequence[E
                 summary = await loop.run_in_executor(None, scan_tar, tmp, url)
                 if keep and _size(tmp) == size:
                     await sync.prepare()  # the marker is durable before the rename it covers
-                    await loop.run_in_executor(None, os.replace, tmp, final)
+                    # The rename (a metadata update) and its fsync's submission with no await
+                    # between: a cancellation never leaves a renamed file unsynced.
+                    os.replace(tmp, final)
                     sync.submit(final)
                 return name, size, etag, summary
             finally:
@@ -123,11 +125,16 @@ async def scan_tars(storage: Storage, root: str, scratch: str, known: Sequence[E
 
     sync = BackgroundSync(scratch)
     try:
-        return list(await asyncio.gather(*(one(n, i.size, i.etag) for n, i in objects
-                                           if n.endswith(TAR_SUFFIXES))))
+        # Every scan ends (a failed one too) before the marker is dropped: no rename after it.
+        got = await asyncio.gather(*(one(n, i.size, i.etag) for n, i in objects if n.endswith(TAR_SUFFIXES)),
+                                   return_exceptions=True)
     finally:
         await sync.drain()
         sync.close()
+    for outcome in got:
+        if isinstance(outcome, BaseException):
+            raise outcome
+    return [e for e in got if not isinstance(e, BaseException)]
 
 
 async def load_wds_index(local: str, remote: str, split: str | None, pool: StoragePool,

@@ -132,6 +132,12 @@ def test_s3_prefix_listed(folder: Path, tmp_path: Path) -> None:
             assert bounded.stats().shards_downloaded == len(TARS)
         finally:
             bounded.close()
+        # A tar that is not one: named, and the scans that ended leave no marker or temporary.
+        client.put_object(Bucket="wds-bucket", Key="mixed/a.tar", Body=(folder / TARS[0][0]).read_bytes())
+        client.put_object(Bucket="wds-bucket", Key="mixed/b.tar", Body=b"not a tar" * 200)
+        with pytest.raises(ShardFormatError, match=r"b\.tar: not a tar file"):
+            StreamingDataset(remote="s3://wds-bucket/mixed", local=str(tmp_path / "mixed"), format="webdataset")
+        assert sorted(p.name for p in (tmp_path / "mixed").iterdir()) == ["a.tar"]
 
 
 def test_bad_input_is_named(folder: Path, tmp_path: Path) -> None:
