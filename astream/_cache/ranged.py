@@ -1,13 +1,16 @@
 """Fetching a shard that is byte ranges of a source file (a Parquet row group's column chunks).
 
 The shard's file is the ranges one after the other, each read with one ranged request
-(retried by the storage's policy). The last range is the source file's footer: its digest
-was recorded when the index was built, so a file that changed since (rewritten, appended
-to) is refused before its bytes are trusted, naming the file.
+(retried by the storage's policy; ranges that touch are read as one). The last range is
+the source file's footer: its digest was recorded when the index was built, so a file
+that changed since (rewritten, appended to) is refused before any of its bytes are
+written, naming the file.
 """
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import Callable
 
 import xxhash
@@ -28,8 +31,8 @@ async def fetch_ranges(
 ) -> None:
     """Write ``source``'s ranges of the object at ``url`` into ``sink``, in order.
 
-    The footer (the last range) is read and checked first, so nothing of a changed file
-    is fetched.
+    The footer (the last range) is checked before anything is written, so nothing of a
+    changed file is kept (the first column bytes are read beside it).
 
     Raises:
         SourceChangedError: the footer differs from the one the index was built from, or
@@ -39,21 +42,32 @@ async def fetch_ranges(
     if sink.received:
         await sink.restart()
     *chunks, (start, end) = source.ranges
+    pieces = [(piece, min(b, piece + _PIECE)) for a, b in _joined(chunks) for piece in range(a, b, _PIECE)]
+    # The first piece is read while the footer is, one round trip instead of two (the first
+    # batch of a resume waits for it); nothing reaches the sink before the footer is checked.
+    first = asyncio.ensure_future(storage.read_range(url, *pieces[0])) if pieces else None
     try:
-        footer = await storage.read_range(url, start, end)
-    except DownloadError as exc:
-        size = await _size(storage, url)
-        if size is not None and size != source.file_bytes:
-            raise _changed(url, f"it has {size} bytes, the index says {source.file_bytes}") from exc
-        raise
-    if xxhash.xxh64(footer).hexdigest() != source.last_xxh64:
-        raise _changed(url, "its footer differs")
-    for a, b in _joined(chunks):
-        for piece in range(a, b, _PIECE):
-            data = await storage.read_range(url, piece, min(b, piece + _PIECE))
+        try:
+            footer = await storage.read_range(url, start, end)
+        except DownloadError as exc:
+            size = await _size(storage, url)
+            if size is not None and size != source.file_bytes:
+                raise _changed(url, f"it has {size} bytes, the index says {source.file_bytes}") from exc
+            raise
+        if xxhash.xxh64(footer).hexdigest() != source.last_xxh64:
+            raise _changed(url, "its footer differs")
+        for k, (a, b) in enumerate(pieces):
+            data = await first if k == 0 and first is not None else await storage.read_range(url, a, b)
             if on_bytes is not None:
                 on_bytes(len(data))
             await sink.write(data)
+    finally:
+        if first is not None and not first.done():
+            first.cancel()
+            with contextlib.suppress(BaseException):
+                await first
+        elif first is not None and not first.cancelled():
+            first.exception()  # retrieved: a failure after the footer's is not left unobserved
     if on_bytes is not None:
         on_bytes(len(footer))
     await sink.write(footer)
