@@ -296,3 +296,16 @@ def test_a_torn_cached_index_is_rebuilt(folder: tuple[Path, dict[int, dict[str, 
             loader.close()
         finally:
             again.close()
+
+
+def test_unshuffled_batches_are_runs_of_rows_exact(folder: tuple[Path, dict[int, dict[str, Any]]],
+                                                   tmp_path: Path) -> None:
+    # Unshuffled, a batch's rows within a row group are consecutive: sliced, not gathered,
+    # for every kind of column (numbers, nullable scalars, strings, bytes, lists, nulls).
+    root, truth = folder
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", batch_size=64)
+    try:
+        seen = [i for batch in Loader(ds, drop_last=False) for i in _check(batch, truth)]
+        assert seen == sorted(truth)
+    finally:
+        ds.close()

@@ -145,6 +145,14 @@ class _Column:
             return self._arr.take(pa.array(idx)).to_pylist()
         return [self.at(int(i)) for i in idx]
 
+    def run(self, start: int, stop: int) -> Any:
+        """Rows ``start`` to ``stop``: what :meth:`take` of that range gives, without the gather."""
+        if self._np is not None and self.kind in ("array", "fixed"):
+            return self._np[start:stop].copy()  # a batch never shares memory with the row group
+        if self.kind in ("str", "bytes", "object"):
+            return self._arr.slice(start, stop - start).to_pylist()
+        return [self.at(i) for i in range(start, stop)]
+
 
 class RowGroupReader:
     """Random access to the rows of one cached row group.
@@ -211,6 +219,12 @@ class RowGroupReader:
     def get_batch(self, ids: Sequence[int] | npt.NDArray[np.integer[Any]]) -> dict[str, Any]:
         idx = np.asarray(ids, dtype=np.int64).reshape(-1)
         n = self.num_samples
+        if idx.size > 1 and idx[0] >= 0 and idx[-1] < n and idx[-1] - idx[0] == idx.size - 1 \
+                and bool((np.diff(idx) == 1).all()):
+            # A run of consecutive rows (an unshuffled epoch's batches): sliced, not gathered
+            # (pyarrow's take is most of a string column's cost).
+            start, stop = int(idx[0]), int(idx[-1]) + 1
+            return {name: col.run(start, stop) for name, col in zip(self.layout.names, self._columns, strict=True)}
         if idx.size and (idx.min() < -n or idx.max() >= n):
             raise out_of_range(f"{self.name} (shard {self.shard})", int(idx[(idx < -n) | (idx >= n)][0]), n)
         idx = np.where(idx < 0, idx + n, idx)
