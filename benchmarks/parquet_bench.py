@@ -54,6 +54,8 @@ from astream.cli import main as cli
 from astream.testing import LoopbackServer
 
 BATCH = 256
+# Resumptions timed per side and run (a ~30 ms event on a shared machine needs several).
+RESUMES = 5
 
 
 def write(root: Path, files: int, groups: int, rows: int) -> int:
@@ -109,20 +111,22 @@ for b in it:
     seen += len(b["id"])
     if state is None and seen >= 0.9 * rows:
         state = it.state_dict()
-t1 = time.perf_counter()
-again = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
-t2 = time.perf_counter()
-again.load_state_dict(state)
-for b in again:
-    break
-resume = time.perf_counter() - t1
-from_state = time.perf_counter() - t2
+resume, from_state = [], []
+for _ in range(RESUMES):
+    t1 = time.perf_counter()
+    again = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
+    t2 = time.perf_counter()
+    again.load_state_dict(state)
+    for b in again:
+        break
+    resume.append(time.perf_counter() - t1)
+    from_state.append(time.perf_counter() - t2)
 print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume": resume,
                   "from_state": from_state}), flush=True)
-""".replace("BATCH", str(BATCH))
+""".replace("BATCH", str(BATCH)).replace("RESUMES", str(RESUMES))
 
 
-def hf_pass(python: str, root: Path) -> dict[str, float]:
+def hf_pass(python: str, root: Path) -> dict[str, Any]:
     """Hugging Face datasets streaming, in ``python``: seconds and rows of its pass, first
     batch, resume from construction and from ``load_state_dict``."""
     files = [str(p) for p in sorted(root.glob("*.parquet"))]
@@ -132,7 +136,7 @@ def hf_pass(python: str, root: Path) -> dict[str, float]:
     lines = done.stdout.strip().splitlines()
     if not lines or not lines[-1].startswith("{"):
         raise RuntimeError(f"the Hugging Face run failed ({done.returncode}): {done.stderr[-2000:]}")
-    got: dict[str, float] = json.loads(lines[-1])
+    got: dict[str, Any] = json.loads(lines[-1])
     return got
 
 
@@ -169,20 +173,22 @@ cold = time.perf_counter() - t0
 t0 = time.perf_counter()
 warm_rows = sum(len(numpy(b)["id"]) for b in loader)
 warm = time.perf_counter() - t0
-t0 = time.perf_counter()
-again = make()
-t1 = time.perf_counter()
-again.load_state_dict(state)
-resumed = numpy(next(iter(again)))
-resume = time.perf_counter() - t0
-from_state = time.perf_counter() - t1
-assert int(resumed["id"][0]) == at, (int(resumed["id"][0]), at)  # resumed where the state was taken
+resume, from_state = [], []
+for _ in range(RESUMES):
+    t0 = time.perf_counter()
+    again = make()
+    t1 = time.perf_counter()
+    again.load_state_dict(state)
+    resumed = numpy(next(iter(again)))
+    resume.append(time.perf_counter() - t0)
+    from_state.append(time.perf_counter() - t1)
+    assert int(resumed["id"][0]) == at, (int(resumed["id"][0]), at)  # resumed where the state was taken
 print(json.dumps({"index": index_s, "cold": cold, "warm": warm, "rows": rows, "warm_rows": warm_rows,
                   "first": first, "resume": resume, "from_state": from_state}), flush=True)
-""".replace("BATCH", str(BATCH))
+""".replace("BATCH", str(BATCH)).replace("RESUMES", str(RESUMES))
 
 
-def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, float]:
+def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, Any]:
     """LitData's Parquet streaming, in ``python``, over hard links of ``root``'s files in a
     folder of its own (it writes its index.json there): seconds and rows of each pass."""
     data = work / "lit-data"
@@ -194,7 +200,7 @@ def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, float
     shutil.rmtree(cache, ignore_errors=True)
     out = subprocess.run([python, "-c", _LIT, str(data), str(cache), str(total)], check=True, capture_output=True,
                          text=True, cwd=work).stdout
-    got: dict[str, float] = json.loads(out.strip().splitlines()[-1])
+    got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return got
 
 
@@ -321,27 +327,29 @@ def main() -> None:
                 if kind == "cold":
                     firsts["cold"].append(first)
             shutil.rmtree(cache, ignore_errors=True)
-            whole, after_state = astream_resume(remote, cache, total)
-            resumes["astream"].append(whole)
-            from_state["astream"].append(after_state)
-            shutil.rmtree(cache, ignore_errors=True)
-            for step, seconds in resume_floor(data, cache, total).items():
-                floors.setdefault(step, []).append(seconds)
+            for _ in range(RESUMES):
+                shutil.rmtree(cache, ignore_errors=True)
+                whole, after_state = astream_resume(remote, cache, total)
+                resumes["astream"].append(whole)
+                from_state["astream"].append(after_state)
+                shutil.rmtree(cache, ignore_errors=True)
+                for step, seconds in resume_floor(data, cache, total).items():
+                    floors.setdefault(step, []).append(seconds)
             if args.hf_python:
                 hf = hf_pass(args.hf_python, data)
                 assert hf["rows"] == total
                 results["hf"].append(total / hf["seconds"])
                 firsts["hf"].append(hf["first"])
-                resumes["hf"].append(hf["resume"])
-                from_state["hf"].append(hf["from_state"])
+                resumes["hf"].extend(hf["resume"])
+                from_state["hf"].extend(hf["from_state"])
             if args.lit_python:
                 lit = lit_pass(args.lit_python, data, work, total)
                 assert lit["rows"] == lit["warm_rows"] == total
                 results["lit cold"].append(total / lit["cold"])
                 results["lit warm"].append(total / lit["warm"])
                 firsts["lit"].append(lit["first"])
-                resumes["lit"].append(lit["resume"])
-                from_state["lit"].append(lit["from_state"])
+                resumes["lit"].extend(lit["resume"])
+                from_state["lit"].extend(lit["from_state"])
                 lit_index.append(lit["index"])
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items()))
     finally:
@@ -353,7 +361,7 @@ def main() -> None:
     print(f"astream warm / floor = {med['warm'] / med['floor']:.2f}x, cold / floor = {med['cold'] / med['floor']:.2f}x")
     print("first batch (cold, from constructing the dataset): " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in firsts.items()))
-    print("resume at 90% to the first batch (cold), from constructing the dataset: " + ", ".join(
+    print(f"resume at 90% to the first batch (cold, {RESUMES} per run), from constructing the dataset: " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in resumes.items()))
     print("                                   ... from load_state_dict: " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in from_state.items()))
