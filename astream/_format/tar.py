@@ -36,8 +36,10 @@ _NO_DATA = frozenset(b"123456")
 _PAX_RECORD = re.compile(rb"(\d+) ([^=]+)=")
 _ENCODING = sys.getfilesystemencoding()
 _SUM_ROWS = 8192
-# name, size, checksum, type, magic, prefix (the fields a member's place depends on)
-_HEADER = struct.Struct("100s24x12s12x8sc100x6s2x64x16x155s12x")
+_OCTAL = 8 ** np.arange(7, -1, -1, dtype=np.int64)  # 8**7 .. 8**0
+# name, size, type, magic, prefix (the fields a member's place depends on; the checksums
+# are read with all the headers at once)
+_HEADER = struct.Struct("100s24x12s20xc100x6s2x64x16x155s12x")
 assert _HEADER.size == BLOCK
 
 Buffer = bytes | bytearray | memoryview | mmap.mmap
@@ -88,18 +90,16 @@ def tar_members(buf: Buffer, where: str) -> list[Member]:
         raise ShardFormatError(f"{where}: not a tar file, or a truncated one ({end} bytes)")
     members: list[Member] = []
     headers: list[int] = []
-    sums: list[int] = []
     pax_global: dict[str, str] = {}
     pax: dict[str, str] = {}
     long_name: str | None = None
     unpack = _HEADER.unpack_from
     pos = 0
     while pos + BLOCK <= end:
-        raw_name, raw_size, raw_sum, kind_b, magic, raw_prefix = unpack(buf, pos)
+        raw_name, raw_size, kind_b, magic, raw_prefix = unpack(buf, pos)
         if raw_name[0] == 0 and buf[pos : pos + BLOCK] == _ZERO:
             break
         headers.append(pos)
-        sums.append(_number(raw_sum, where))
         kind = kind_b[0]
         size = _number(raw_size, where)
         data = pos + BLOCK
@@ -136,7 +136,7 @@ def tar_members(buf: Buffer, where: str) -> list[Member]:
             pax, long_name = {}, None
         else:
             long_name = None
-    _check_sums(buf, headers, sums, where)
+    _check_sums(buf, headers, where)
     return members
 
 
@@ -150,7 +150,7 @@ def _fits(data: int, size: int, end: int, where: str) -> None:
                                f"byte {data} runs past the end, {end})")
 
 
-def _check_sums(buf: Buffer, headers: list[int], sums: list[int], where: str) -> None:
+def _check_sums(buf: Buffer, headers: list[int], where: str) -> None:
     """Every header's checksum (unsigned or signed: tars write either), all at once."""
     if not headers:
         return
@@ -159,11 +159,25 @@ def _check_sums(buf: Buffer, headers: list[int], sums: list[int], where: str) ->
     for first in range(0, len(headers), _SUM_ROWS):  # a few MB of header copies at a time
         at = np.asarray(headers[first : first + _SUM_ROWS], np.int64)
         blocks = whole[at[:, None] + span]  # a copy (fancy index)
+        stored = _stored_sums(blocks[:, 148:156], where)
         blocks[:, 148:156] = ord(" ")
-        unsigned = blocks.sum(axis=1, dtype=np.int64)
-        signed = blocks.view(np.int8).sum(axis=1, dtype=np.int64)
-        stored = np.asarray(sums[first : first + _SUM_ROWS], np.int64)
-        bad = np.flatnonzero((stored != unsigned) & (stored != signed))
+        bad = np.flatnonzero(blocks.sum(axis=1, dtype=np.int64) != stored)
+        if bad.size:  # a writer that summed signed bytes (old Sun and NeXT tars)
+            signed = blocks[bad].view(np.int8).sum(axis=1, dtype=np.int64)
+            bad = bad[signed != stored[bad]]
         if bad.size:
             raise ShardFormatError(f"{where}: not a tar file, or a corrupt one (bad header checksum at byte "
                                    f"{headers[first + int(bad[0])]})")
+
+
+def _stored_sums(fields: np.ndarray, where: str) -> np.ndarray:
+    """The checksum fields as numbers: the two layouts writers use ("%06o\\0 ", "%07o\\0")
+    read at once, any other one by one."""
+    digits = (fields >= ord("0")) & (fields <= ord("7"))
+    six = digits[:, :6].all(axis=1) & (fields[:, 6] == 0) & (fields[:, 7] == ord(" "))
+    seven = digits[:, :7].all(axis=1) & (fields[:, 7] == 0)
+    values = fields.astype(np.int64) - ord("0")
+    out = np.where(six, values[:, :6] @ _OCTAL[2:], values[:, :7] @ _OCTAL[1:])
+    for row in np.flatnonzero(~(six | seven)):
+        out[row] = _number(bytes(fields[row]), where)
+    return out

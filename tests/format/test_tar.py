@@ -95,3 +95,21 @@ def test_refuses_what_is_not_a_whole_tar() -> None:
         tar_members(bytes(corrupt), "t.tar")
     # Cut at a member boundary, without the end blocks: the members before the cut, as tarfile reads it.
     assert tar_members(data[: 3 * BLOCK], "t.tar") == [("a.cls", BLOCK, 700)]
+
+
+@pytest.mark.parametrize("layout", ["%06o\0 ", "%07o\0", " %05o\0 ", "%o\0", "signed"])
+def test_checksum_fields_as_writers_spell_them(layout: str) -> None:
+    data = bytearray(_archive(tarfile.GNU_FORMAT, [("é.cls", b"1"), ("b.cls", b"2")]))  # a byte >= 0x80
+    head = data[:BLOCK]
+    head[148:156] = b" " * 8
+    if layout == "signed":  # old Sun and NeXT tars summed signed bytes
+        total = sum(b - 256 if b > 127 else b for b in head)
+        layout = "%06o\0 "
+    else:
+        total = sum(head)
+    field = (layout % total).encode()
+    data[148:156] = field.ljust(8, b"\0")
+    assert tar_members(bytes(data), "t.tar") == [("é.cls", BLOCK, 1), ("b.cls", 3 * BLOCK, 1)]
+    data[0] ^= 0x01  # the name changes, the checksum does not match any more
+    with pytest.raises(ShardFormatError, match="bad header checksum at byte 0"):
+        tar_members(bytes(data), "t.tar")
