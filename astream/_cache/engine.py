@@ -146,7 +146,7 @@ class ShardEngine(Installation, AsyncResource):
 
         await loop.run_in_executor(self._executor, scan)
         self.stats.cache_bytes = self.cache.used
-        if self._sync is not None:
+        if self._sync is not None and not self._closed:  # (closed meanwhile: its helper is gone)
             self._sync.adopt(self.cache.orphan_markers)
             if not self.cache.local_only and any(e.state is not State.READY for e in self.cache.entries):
                 # Something will be fetched: make the marker now (two fsyncs), not when the
