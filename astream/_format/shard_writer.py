@@ -22,7 +22,7 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -175,7 +175,23 @@ class ShardWriter:
         """
         if self._finished:
             raise UsageError(f"{type(self).__name__}({self.local!r}) is finished; create a new writer to add samples")
-        record = self._encode(sample, self._num_written)
+        self._add(self._encode(sample, self._num_written))
+
+    def write_records(self, records: Iterable[bytes]) -> None:
+        """Add samples already encoded as this format's records (what :meth:`write` makes of them).
+
+        For encoders that build many records at once (the distributed converters build
+        them from Arrow columns); the shards come out as if each sample had been written.
+
+        Raises:
+            UsageError: the writer is already finished.
+        """
+        if self._finished:
+            raise UsageError(f"{type(self).__name__}({self.local!r}) is finished; create a new writer to add samples")
+        for record in records:
+            self._add(record)
+
+    def _add(self, record: bytes) -> None:
         size = len(record) + self._sample_overhead
         # Same rule as MosaicML: flush first if this sample would overflow the shard, even
         # when the shard is still empty (which writes a 0-sample shard).
