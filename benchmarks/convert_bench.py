@@ -441,6 +441,13 @@ def side_by_side(args: Any) -> None:
                 parts = spark.read.parquet(str(folder)).rdd.getNumPartitions()
                 for tool, convert in tools.items():  # untimed: start every Python worker, import each library
                     if convert == "files":
+                        small = root / f"warm-{name}"
+                        small.mkdir()
+                        first = sorted(folder.glob("*.parquet"))[0]
+                        pq.write_table(pq.read_table(first).slice(0, 64), small / "0.parquet")
+                        files_to_mds(spark, [str(small)], "parquet", {"out": str(staging / "warm"),
+                                                                      "columns": columns[name]}, tasks=args.workers)
+                        shutil.rmtree(staging / "warm", ignore_errors=True)
                         continue
                     warm = spark.read.parquet(str(folder)).limit(64).repartition(args.workers)
                     convert(warm, mds_kwargs={"out": (str(staging / "warm"), f"s3://bench/warm-{tool}-{name}"),
