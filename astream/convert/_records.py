@@ -27,7 +27,7 @@ def _fixed_rows(data: bytes, size: int, n: int) -> list[bytes]:
     return [data[i * size : (i + 1) * size] for i in range(n)]
 
 
-def _numbers(pa: Any, array: Any, spec: str) -> list[bytes] | None:
+def _numbers(pa: Any, array: Any, spec: str) -> np.ndarray[Any, Any] | None:
     target = np.dtype(NUMERIC_DTYPES["int64" if spec == "int" else spec])
     kind = array.type
     if pa.types.is_boolean(kind):
@@ -40,7 +40,7 @@ def _numbers(pa: Any, array: Any, spec: str) -> list[bytes] | None:
     if not np.can_cast(source, target, "safe"):
         return None
     values = np.ascontiguousarray(array.to_numpy(zero_copy_only=False), dtype=target)
-    return _fixed_rows(values.tobytes(), target.itemsize, len(array))
+    return values.view(np.uint8).reshape(len(array), target.itemsize)
 
 
 def _variable(pa: Any, array: Any, spec: str) -> tuple[list[bytes], np.ndarray[Any, Any]] | None:
@@ -60,7 +60,7 @@ def _variable(pa: Any, array: Any, spec: str) -> tuple[list[bytes], np.ndarray[A
     return [data[a:b] for a, b in itertools.pairwise(bounds)], lengths
 
 
-def _fixed_array(pa: Any, array: Any, encoding: Any) -> list[bytes] | None:
+def _fixed_array(pa: Any, array: Any, encoding: Any) -> np.ndarray[Any, Any] | None:
     size = encoding.size
     dtype = getattr(encoding, "dtype", None)
     if size is None or dtype is None:
@@ -73,41 +73,57 @@ def _fixed_array(pa: Any, array: Any, encoding: Any) -> list[bytes] | None:
     leaf = values.to_numpy(zero_copy_only=False)
     if leaf.dtype != dtype.newbyteorder("="):
         return None
-    return _fixed_rows(np.ascontiguousarray(leaf).tobytes(), size, len(array))
+    return np.ascontiguousarray(leaf).view(np.uint8).reshape(len(array), size)
 
 
 def batch_records(pa: Any, batch: Any, layout: RecordLayout) -> list[bytes] | None:
     """The records of ``batch`` for ``layout``, or None where a column needs the per-sample path.
 
-    ``batch`` must hold every column of the layout without nulls (the caller checks).
+    ``batch`` must hold every column of the layout (the caller checks); a null sends the
+    batch to the per-sample path, which names it.
     """
-    columns: list[list[bytes]] = []
+    n = batch.num_rows
+    # Per column in storage order: an (n, size) uint8 block, or the rows' bytes and lengths.
+    parts: list[np.ndarray[Any, Any] | list[bytes]] = []
     lengths: list[np.ndarray[Any, Any]] = []
     for name, spec, encoding in zip(layout.names, layout.specs, layout.encodings, strict=True):
         array = batch.column(name)
         if array.null_count:
             return None
         base = spec.partition(":")[0]
-        rows: list[bytes] | None
+        part: np.ndarray[Any, Any] | list[bytes] | None
         if spec == "int" or spec in NUMERIC_DTYPES:
-            rows = _numbers(pa, array, spec)
+            part = _numbers(pa, array, spec)
         elif spec in ("str", "bytes"):
             found = _variable(pa, array, spec)
             if found is None:
                 return None
-            rows, length = found
+            part, length = found
             lengths.append(length)
         elif base == "ndarray" and pa.types.is_fixed_size_list(array.type):
-            rows = _fixed_array(pa, array, encoding)
+            part = _fixed_array(pa, array, encoding)
         else:
             return None
-        if rows is None:
+        if part is None:
             return None
-        columns.append(rows)
+        parts.append(part)
     if lengths:
         # The head: one uint32 length per variable-size column, in column order.
-        head = np.stack(lengths, axis=1).astype("<u4").tobytes()
-        columns.insert(0, _fixed_rows(head, 4 * len(lengths), batch.num_rows))
-    if len(columns) == 1:
-        return columns[0]
-    return list(map(b"".join, zip(*columns, strict=True)))
+        parts.insert(0, np.stack(lengths, axis=1).astype("<u4").view(np.uint8).reshape(n, 4 * len(lengths)))
+    # Neighbouring fixed-size columns (and the head) become one piece per row, so a row of
+    # ints around one text is two pieces to join, not one per column.
+    pieces: list[list[bytes]] = []
+    run: list[np.ndarray[Any, Any]] = []
+    for part in [*parts, None]:
+        if isinstance(part, np.ndarray):
+            run.append(part)
+            continue
+        if run:
+            block = np.concatenate(run, axis=1) if len(run) > 1 else run[0]
+            pieces.append(_fixed_rows(np.ascontiguousarray(block).tobytes(), block.shape[1], n))
+            run = []
+        if part is not None:
+            pieces.append(part)
+    if len(pieces) == 1:
+        return pieces[0]
+    return list(map(b"".join, zip(*pieces, strict=True)))
