@@ -31,6 +31,7 @@ import both ``astream`` and ``streaming`` (with torch); the Spark workers run th
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -332,17 +333,28 @@ def floor_task(endpoint: str | None, level: int, size_limit: int) -> Callable[[A
         folder = tempfile.mkdtemp(prefix="floor-")
         pending: list[bytes] = []
         size = rows = 0
+        # One upload in flight while the next shard is gathered (as astream's tasks do).
+        uploads = concurrent.futures.ThreadPoolExecutor(1)
+        last: concurrent.futures.Future[None] | None = None
+
+        def upload(path: str) -> None:
+            assert client is not None
+            with open(path, "rb") as fh:
+                client.put_object(Bucket="bench", Key=f"floor/{os.path.basename(path)}", Body=fh.read())
+            os.unlink(path)
 
         def flush() -> None:
-            nonlocal size
+            nonlocal size, last
             data = compressor.compress(b"".join(pending))
             path = os.path.join(folder, uuid.uuid4().hex)
             with open(path, "wb") as fh:
                 fh.write(data)
+            if last is not None:
+                last.result()
             if client is not None:
-                with open(path, "rb") as fh:
-                    client.put_object(Bucket="bench", Key=f"floor/{os.path.basename(path)}", Body=fh.read())
-            os.unlink(path)
+                last = uploads.submit(upload, path)
+            else:
+                os.unlink(path)
             pending.clear()
             size = 0
 
@@ -357,23 +369,31 @@ def floor_task(endpoint: str | None, level: int, size_limit: int) -> Callable[[A
                             flush()
         if pending:
             flush()
+        if last is not None:
+            last.result()
+        uploads.shutdown()
         os.rmdir(folder)
         yield pa.RecordBatch.from_pydict({"n": [rows]})
 
     return task
 
 
-def tree_cpu() -> float:
-    """CPU seconds of this process and every descendant (the JVM, its Python workers) so far."""
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds of this process and every descendant (the JVM, its Python workers), by pid."""
     import psutil
 
-    total = 0.0
+    seconds = {}
     me = psutil.Process()
     for proc in [me, *me.children(recursive=True)]:
         with contextlib.suppress(Exception):
             t = proc.cpu_times()
-            total += t.user + t.system + t.children_user + t.children_system
-    return total
+            seconds[proc.pid] = t.user + t.system + t.children_user + t.children_system
+    return seconds
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the process tree used since ``before`` (a process gone since is left out)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in tree_cpu().items())
 
 
 def side_by_side(args: Any) -> None:
@@ -475,7 +495,7 @@ def side_by_side(args: Any) -> None:
                             else:
                                 tools[tool](df, mds_kwargs=kwargs)
                             got[tool]["wall"].append(time.perf_counter() - t)
-                            got[tool]["cpu"].append(tree_cpu() - cpu)
+                            got[tool]["cpu"].append(cpu_since(cpu))
                         got[tool]["disk"].append(disk.peak)
                         got[tool]["py"].append(memory.peaks[0])
                         got[tool]["jvm"].append(memory.peaks[1] if len(memory.peaks) > 1 else 0)

@@ -26,6 +26,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
 
+import numpy as np
+
 from astream._format.compression import Codec, get_codec
 from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
 from astream._format.hashing import check_algorithm, new_hasher
@@ -188,8 +190,27 @@ class ShardWriter:
         """
         if self._finished:
             raise UsageError(f"{type(self).__name__}({self.local!r}) is finished; create a new writer to add samples")
-        for record in records:
-            self._add(record)
+        batch = records if isinstance(records, list) else list(records)
+        if not self.size_limit:
+            self._records.extend(batch)
+            self._shard_size += sum(map(len, batch)) + self._sample_overhead * len(batch)
+            self._num_written += len(batch)
+            return
+        sizes = np.fromiter(map(len, batch), np.int64, len(batch)) + self._sample_overhead
+        start = 0
+        while start < len(batch):
+            # The records that still fit go in at once; the first that does not flushes the
+            # shard and goes in alone (the rule of _add, so the same shards come out).
+            total = np.cumsum(sizes[start:])
+            fit = int(np.searchsorted(total, self.size_limit - self._shard_size, side="right"))
+            if fit:
+                self._records.extend(batch[start : start + fit])
+                self._shard_size += int(total[fit - 1])
+                self._num_written += fit
+                start += fit
+            if start < len(batch):
+                self._add(batch[start])
+                start += 1
 
     def _add(self, record: bytes) -> None:
         size = len(record) + self._sample_overhead

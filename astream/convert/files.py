@@ -38,6 +38,7 @@ EXTENSIONS = {"parquet": (".parquet", ".pq"), "jsonl": (".jsonl", ".ndjson", ".j
 _SCHEMA_PROBE = 1 << 20  # bytes of a JSONL file read for its schema
 _FOOTER_PROBE = 1 << 16  # bytes of a Parquet file's tail read first (the footer is usually smaller)
 _BATCH_ROWS = 4096
+_BATCH_BYTES = 16 << 20  # of uncompressed values per batch, whatever the rows' size
 
 
 def _is_local(url: str) -> bool:
@@ -193,11 +194,19 @@ class FileInputs:
                 return
             import pyarrow.parquet as pq
 
-            for batch in pq.ParquetFile(path).iter_batches(_BATCH_ROWS, columns=self.schema.names):
+            source = pq.ParquetFile(path)
+            for batch in source.iter_batches(_batch_rows(source.metadata), columns=self.schema.names):
                 yield batch if batch.schema.equals(self.schema) else batch.cast(self.schema)
         except (pa.ArrowException, ValueError, KeyError) as exc:
             raise SampleError(f"{url}: does not fit the schema read from the first {self.fmt} file "
                               f"({', '.join(f'{f.name}: {f.type}' for f in self.schema)}): {exc}") from exc
+
+
+def _batch_rows(metadata: Any) -> int:
+    """Rows per batch so that one batch holds about ``_BATCH_BYTES`` (100 KB rows: 160 a batch)."""
+    raw = sum(metadata.row_group(k).total_byte_size for k in range(metadata.num_row_groups))
+    per_row = raw / max(1, metadata.num_rows)
+    return max(1, min(_BATCH_ROWS, int(_BATCH_BYTES // max(1.0, per_row))))
 
 
 async def _fetch(url: str, path: str) -> None:
