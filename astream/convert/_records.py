@@ -55,8 +55,10 @@ def _variable(pa: Any, array: Any, spec: str) -> tuple[list[bytes], np.ndarray[A
     lengths = np.diff(offsets)
     if lengths.size and int(lengths.max()) > _UINT32_MAX:
         return None
-    data = data_buf.to_pybytes() if data_buf is not None else b""
-    bounds = offsets.tolist()
+    # Only this batch's bytes: a slice of a larger array shares its whole data buffer.
+    lo, hi = (int(offsets[0]), int(offsets[-1])) if len(offsets) else (0, 0)
+    data = bytes(memoryview(data_buf)[lo:hi]) if data_buf is not None else b""
+    bounds = (offsets - lo).tolist()
     return [data[a:b] for a, b in itertools.pairwise(bounds)], lengths
 
 
