@@ -156,6 +156,14 @@ class ShardWriter:
     def _after_index(self, path: str) -> None:
         """Called once index.json is in place, after every shard's hook (no-op here)."""
 
+    def _durable_shards(self) -> bool:
+        """Whether shard files are fsynced before they are renamed into place.
+
+        True here: the local directory is the dataset. A writer that only stages shards for
+        an upload and deletes them afterwards answers False.
+        """
+        return True
+
     # --- public API -------------------------------------------------------------------
 
     @property
@@ -312,7 +320,8 @@ class ShardWriter:
             stored.append((name, pieces))
         self._settle()
         # The files are written now; their fsync and rename overlap with encoding the next shard.
-        self._pending = [BackgroundCommit(os.path.join(self.local, name), pieces) for name, pieces in stored]
+        self._pending = [BackgroundCommit(os.path.join(self.local, name), pieces, self._durable_shards())
+                         for name, pieces in stored]
         self._shards.append(self._shard_entry(position, len(self._records), infos))
         self._records = []
         self._shard_size = self._shard_overhead

@@ -114,6 +114,10 @@ class _PartWriter(UploadingWriter):
         super().__init__((staging, dest), exist_ok=True, keep_local=keep_local, max_workers=1, max_pending=1,
                          **kwargs)
 
+    def _durable_shards(self) -> bool:
+        # Moved into a local dataset: fsynced first. Uploaded: as for any uploading writer.
+        return self._dest_is_local or super()._durable_shards()
+
     async def _upload(self, path: str, url: str) -> None:
         if self._dest_is_local:
             os.makedirs(os.path.dirname(url), exist_ok=True)
