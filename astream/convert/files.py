@@ -12,8 +12,10 @@ one at a time through the same layer and reads them with pyarrow:
 
 The schema, and so the columns, is decided on the driver before any task runs: a Parquet
 file's footer (one ranged read), the first MiB of a JSONL file. A later file that does
-not fit it fails its task with :class:`SampleError` naming the file. A task's disk holds
-one input file at a time (remote inputs only; local files are read in place).
+not fit it (a column missing, a type that does not cast) fails its task with
+:class:`SampleError` naming the file; a Parquet column the first file lacks is not read.
+A task's disk holds one input file at a time (remote inputs only; local files are read
+in place).
 """
 
 from __future__ import annotations
