@@ -31,6 +31,7 @@ import both ``astream`` and ``streaming`` (with torch); the Spark workers run th
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -154,6 +155,10 @@ def main() -> None:
     parser.add_argument("--side-by-side", action="store_true",
                         help="astream's and mosaicml-streaming's dataframe_to_mds on one Spark session")
     parser.add_argument("--files", type=int, default=8, help="Parquet files of each input (--side-by-side)")
+    parser.add_argument("--floor", action="store_true",
+                        help="--side-by-side: also time the floor (Spark's read alone, + zstd + write, + upload)")
+    parser.add_argument("--no-files", action="store_true",
+                        help="--side-by-side: leave out astream's files_to_mds (its tasks read the Parquet)")
     args = parser.parse_args()
     if args.side_by_side:
         side_by_side(args)
@@ -299,6 +304,98 @@ def make_mixed_input(root: Path, text_mb: int, array_mb: int, files: int) -> tup
     return text_dir, array_dir
 
 
+def floor_noop(batches: Any) -> Any:
+    """The floor's first part: Spark reads the Parquet and hands the Python task its Arrow batches."""
+    rows = sum(batch.num_rows for batch in batches)
+    yield pa.RecordBatch.from_pydict({"n": [rows]})
+
+
+def floor_task(endpoint: str | None, level: int, size_limit: int) -> Callable[[Any], Any]:
+    """The floor with the work every converter must do: zstd of the batches' bytes, written, uploaded.
+
+    The Arrow buffers of each batch (the values and offsets a shard holds) are gathered to
+    ``size_limit``, compressed at ``level`` on one thread, written to a file and, with an
+    ``endpoint``, PUT to moto's S3 (botocore, as both libraries' uploads) and deleted.
+    """
+    def task(batches: Any) -> Any:
+        import uuid
+
+        import zstandard
+
+        compressor = zstandard.ZstdCompressor(level=level, write_content_size=True)
+        client = None
+        if endpoint:
+            import botocore.session
+
+            client = botocore.session.get_session().create_client(
+                "s3", endpoint_url=endpoint, region_name="us-east-1", aws_access_key_id="testing",
+                aws_secret_access_key="testing")
+        folder = tempfile.mkdtemp(prefix="floor-")
+        pending: list[bytes] = []
+        size = rows = 0
+        # One upload in flight while the next shard is gathered (as astream's tasks do).
+        uploads = concurrent.futures.ThreadPoolExecutor(1)
+        last: concurrent.futures.Future[None] | None = None
+
+        def upload(path: str) -> None:
+            assert client is not None
+            with open(path, "rb") as fh:
+                client.put_object(Bucket="bench", Key=f"floor/{os.path.basename(path)}", Body=fh.read())
+            os.unlink(path)
+
+        def flush() -> None:
+            nonlocal size, last
+            data = compressor.compress(b"".join(pending))
+            path = os.path.join(folder, uuid.uuid4().hex)
+            with open(path, "wb") as fh:
+                fh.write(data)
+            if last is not None:
+                last.result()
+            if client is not None:
+                last = uploads.submit(upload, path)
+            else:
+                os.unlink(path)
+            pending.clear()
+            size = 0
+
+        for batch in batches:
+            rows += batch.num_rows
+            for column in batch.columns:
+                for buffer in column.buffers():
+                    if buffer is not None:
+                        pending.append(buffer.to_pybytes())
+                        size += buffer.size
+                        if size >= size_limit:
+                            flush()
+        if pending:
+            flush()
+        if last is not None:
+            last.result()
+        uploads.shutdown()
+        os.rmdir(folder)
+        yield pa.RecordBatch.from_pydict({"n": [rows]})
+
+    return task
+
+
+def tree_cpu() -> dict[int, float]:
+    """CPU seconds of this process and every descendant (the JVM, its Python workers), by pid."""
+    import psutil
+
+    seconds = {}
+    me = psutil.Process()
+    for proc in [me, *me.children(recursive=True)]:
+        with contextlib.suppress(Exception):
+            t = proc.cpu_times()
+            seconds[proc.pid] = t.user + t.system + t.children_user + t.children_system
+    return seconds
+
+
+def cpu_since(before: dict[int, float]) -> float:
+    """CPU seconds the process tree used since ``before`` (a process gone since is left out)."""
+    return sum(cpu - before.get(pid, 0.0) for pid, cpu in tree_cpu().items())
+
+
 def side_by_side(args: Any) -> None:
     """astream's and mosaicml-streaming's dataframe_to_mds on one Spark session, to moto S3."""
     import sys
@@ -346,52 +443,84 @@ def side_by_side(args: Any) -> None:
             spark.sparkContext.setLogLevel("ERROR")
             print(f"spark start-up {time.perf_counter() - start:.1f} s; master local[{args.workers}]")
             jvm = [p for p in psutil.Process().children(recursive=True) if "java" in p.name()][:1]
+            from astream._units import parse_bytes
+            from astream.convert.spark import files_to_mds
+
+            limit = parse_bytes(args.size_limit, "size_limit")
+            endpoint = os.environ["S3_ENDPOINT_URL"]
+            floors = {
+                "floor: read (mapInArrow, no-op)": floor_noop,
+                "floor: read + zstd-3 + write": floor_task(None, 3, limit),
+                "floor: read + zstd-3 + write + upload": floor_task(endpoint, 3, limit),
+            }
             tools = {"astream": astream_to_mds, "mosaicml-streaming": mosaic_to_mds}
+            if not args.no_files:
+                tools["astream files_to_mds (tasks read the Parquet)"] = "files"
             rows: list[str] = []
             for name, folder in inputs.items():
                 parts = spark.read.parquet(str(folder)).rdd.getNumPartitions()
                 for tool, convert in tools.items():  # untimed: start every Python worker, import each library
+                    if convert == "files":
+                        small = root / f"warm-{name}"
+                        small.mkdir()
+                        first = sorted(folder.glob("*.parquet"))[0]
+                        pq.write_table(pq.read_table(first).slice(0, 64), small / "0.parquet")
+                        files_to_mds(spark, [str(small)], "parquet", {"out": str(staging / "warm"),
+                                                                      "columns": columns[name]}, tasks=args.workers)
+                        shutil.rmtree(staging / "warm", ignore_errors=True)
+                        continue
                     warm = spark.read.parquet(str(folder)).limit(64).repartition(args.workers)
                     convert(warm, mds_kwargs={"out": (str(staging / "warm"), f"s3://bench/warm-{tool}-{name}"),
                                               "columns": columns[name], "compression": "zstd"})
                     shutil.rmtree(staging / "warm", ignore_errors=True)
-                got: dict[str, dict[str, list[float]]] = {t: {"wall": [], "disk": [], "py": [], "jvm": []} for t in tools}
+                names = [*floors, *tools] if args.floor else list(tools)
+                got: dict[str, dict[str, list[float]]] = {
+                    t: {"wall": [], "cpu": [], "disk": [], "py": [], "jvm": []} for t in names}
                 for r in range(args.runs):
-                    for tool, convert in tools.items():
-                        key = f"{tool}-{name}-{r}"
+                    for tool in names:
+                        key = f"{abs(hash(tool))}-{name}-{r}"
                         out: Any = f"s3://bench/{key}"
                         if tool == "mosaicml-streaming":  # its driver stages in a mkdtemp of its own otherwise
                             out = (str(staging / key), out)
                         df = spark.read.parquet(str(folder))
+                        kwargs = {"out": out, "columns": columns[name], "compression": "zstd",
+                                  "size_limit": args.size_limit}
                         memory = MemoryPeak([psutil.Process(), *jvm])
                         with DiskPeak(staging) as disk, memory:
-                            t = time.perf_counter()
-                            convert(df, mds_kwargs={"out": out, "columns": columns[name], "compression": "zstd",
-                                                    "size_limit": args.size_limit})
+                            t, cpu = time.perf_counter(), tree_cpu()
+                            if tool in floors:
+                                df.mapInArrow(floors[tool], "n long").collect()
+                            elif tools[tool] == "files":
+                                files_to_mds(spark, [str(folder)], "parquet", kwargs, tasks=parts)
+                            else:
+                                tools[tool](df, mds_kwargs=kwargs)
                             got[tool]["wall"].append(time.perf_counter() - t)
+                            got[tool]["cpu"].append(cpu_since(cpu))
                         got[tool]["disk"].append(disk.peak)
                         got[tool]["py"].append(memory.peaks[0])
                         got[tool]["jvm"].append(memory.peaks[1] if len(memory.peaks) > 1 else 0)
-                        index = s3.get_object(Bucket="bench", Key=f"{key}/index.json")["Body"].read()
-                        merged = Index.from_bytes(index)
-                        print(f"  {name} run {r} {tool}: {got[tool]['wall'][-1]:.1f} s, peak staging disk "
-                              f"{disk.peak / 2**20:.0f} MiB, {len(merged.shards)} shards, "
-                              f"{merged.num_samples:,} samples")
+                        what = ""
+                        if tool not in floors:
+                            index = s3.get_object(Bucket="bench", Key=f"{key}/index.json")["Body"].read()
+                            merged = Index.from_bytes(index)
+                            what = f", {len(merged.shards)} shards, {merged.num_samples:,} samples"
+                        print(f"  {name} run {r} {tool}: {got[tool]['wall'][-1]:.1f} s, {got[tool]['cpu'][-1]:.1f} "
+                              f"CPU s, peak staging disk {disk.peak / 2**20:.0f} MiB{what}; load "
+                              f"{os.getloadavg()[0]:.1f}", flush=True)
                         shutil.rmtree(staging / key, ignore_errors=True)
                 med = {t: {k: statistics.median(v) for k, v in g.items()} for t, g in got.items()}
-                a, m = med["astream"], med["mosaicml-streaming"]
-                for tool in tools:
+                m = med["mosaicml-streaming"]
+                for tool in names:
                     x = med[tool]
-                    rows.append(f"| {name} | {parts} | {tool} | {x['wall']:.1f} | {x['disk'] / 2**20:.0f} | "
-                                f"{x['py'] / 2**20:.0f} | {x['jvm'] / 2**20:.0f} |")
-                rows.append(f"| {name} | | **astream / mosaic** | **{a['wall'] / m['wall']:.2f}x** | "
-                            f"**{a['disk'] / max(1, m['disk']):.3f}x** | | |")
+                    rows.append(f"| {name} | {parts} | {tool} | {x['wall']:.1f} | **{x['wall'] / m['wall']:.2f}x** | "
+                                f"{x['cpu']:.1f} | {x['cpu'] / m['cpu']:.2f}x | {x['disk'] / 2**20:.0f} | "
+                                f"{x['disk'] / max(1, m['disk']):.3f}x | {x['py'] / 2**20:.0f} | {x['jvm'] / 2**20:.0f} |")
             spark.stop()
         print(f"\nmedian of {args.runs} runs, Spark local[{args.workers}], zstd, size_limit {args.size_limit}, "
-              "out s3:// (moto)\n")
-        print("| input | partitions | library | wall s | peak staging disk MiB | driver Python peak RSS MiB "
-              "| Spark JVM peak RSS MiB |")
-        print("|---|---:|---|---:|---:|---:|---:|")
+              f"out s3:// (moto); load at the end {os.getloadavg()}\n")
+        print("| input | partitions | run | wall s | wall / mosaic | CPU s (all processes) | CPU / mosaic "
+              "| peak staging disk MiB | disk / mosaic | driver Python peak RSS MiB | Spark JVM peak RSS MiB |")
+        print("|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|")
         print("\n".join(rows))
     finally:
         shutil.rmtree(root, ignore_errors=True)

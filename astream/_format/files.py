@@ -83,10 +83,11 @@ class BackgroundCommit:
     thread costs the caller almost nothing.
     """
 
-    def __init__(self, path: str, pieces: Sequence[bytes | memoryview]) -> None:
+    def __init__(self, path: str, pieces: Sequence[bytes | memoryview], durable: bool = True) -> None:
         self.path = path
         self._tmp = f"{path}.{os.getpid()}{TMP_SUFFIX}"
         self._error: BaseException | None = None
+        self._durable = durable
         try:
             with open(self._tmp, "wb") as fh:
                 fh.writelines(pieces)
@@ -94,16 +95,23 @@ class BackgroundCommit:
             with contextlib.suppress(OSError):
                 os.unlink(self._tmp)
             raise
+        self._thread: threading.Thread | None = None
+        if not durable:
+            # A file only staged for an upload, then deleted: no fsync, which on a busy disk
+            # can take longer than the upload; the rename still makes it appear whole.
+            self._commit()
+            return
         self._thread = threading.Thread(target=self._commit, name=f"astream-commit-{os.path.basename(path)}", daemon=True)
         self._thread.start()
 
     def _commit(self) -> None:
         try:
-            fd = os.open(self._tmp, os.O_RDONLY)
-            try:
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            if self._durable:
+                fd = os.open(self._tmp, os.O_RDONLY)
+                try:
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
             os.replace(self._tmp, self.path)
         except BaseException as exc:  # handed to the caller's thread by wait()
             self._error = exc
@@ -116,6 +124,7 @@ class BackgroundCommit:
         Raises:
             OSError: the fsync or rename failed; the temporary file is gone.
         """
-        self._thread.join()
+        if self._thread is not None:
+            self._thread.join()
         if self._error is not None:
             raise self._error

@@ -22,9 +22,11 @@ import json
 import os
 import shutil
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import TracebackType
 from typing import TYPE_CHECKING, Any, ClassVar
+
+import numpy as np
 
 from astream._format.compression import Codec, get_codec
 from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
@@ -154,6 +156,14 @@ class ShardWriter:
     def _after_index(self, path: str) -> None:
         """Called once index.json is in place, after every shard's hook (no-op here)."""
 
+    def _durable_shards(self) -> bool:
+        """Whether shard files are fsynced before they are renamed into place.
+
+        True here: the local directory is the dataset. A writer that only stages shards for
+        an upload and deletes them afterwards answers False.
+        """
+        return True
+
     # --- public API -------------------------------------------------------------------
 
     @property
@@ -175,7 +185,42 @@ class ShardWriter:
         """
         if self._finished:
             raise UsageError(f"{type(self).__name__}({self.local!r}) is finished; create a new writer to add samples")
-        record = self._encode(sample, self._num_written)
+        self._add(self._encode(sample, self._num_written))
+
+    def write_records(self, records: Iterable[bytes]) -> None:
+        """Add samples already encoded as this format's records (what :meth:`write` makes of them).
+
+        For encoders that build many records at once (the distributed converters build
+        them from Arrow columns); the shards come out as if each sample had been written.
+
+        Raises:
+            UsageError: the writer is already finished.
+        """
+        if self._finished:
+            raise UsageError(f"{type(self).__name__}({self.local!r}) is finished; create a new writer to add samples")
+        batch = records if isinstance(records, list) else list(records)
+        if not self.size_limit:
+            self._records.extend(batch)
+            self._shard_size += sum(map(len, batch)) + self._sample_overhead * len(batch)
+            self._num_written += len(batch)
+            return
+        sizes = np.fromiter(map(len, batch), np.int64, len(batch)) + self._sample_overhead
+        start = 0
+        while start < len(batch):
+            # The records that still fit go in at once; the first that does not flushes the
+            # shard and goes in alone (the rule of _add, so the same shards come out).
+            total = np.cumsum(sizes[start:])
+            fit = int(np.searchsorted(total, self.size_limit - self._shard_size, side="right"))
+            if fit:
+                self._records.extend(batch[start : start + fit])
+                self._shard_size += int(total[fit - 1])
+                self._num_written += fit
+                start += fit
+            if start < len(batch):
+                self._add(batch[start])
+                start += 1
+
+    def _add(self, record: bytes) -> None:
         size = len(record) + self._sample_overhead
         # Same rule as MosaicML: flush first if this sample would overflow the shard, even
         # when the shard is still empty (which writes a 0-sample shard).
@@ -275,7 +320,8 @@ class ShardWriter:
             stored.append((name, pieces))
         self._settle()
         # The files are written now; their fsync and rename overlap with encoding the next shard.
-        self._pending = [BackgroundCommit(os.path.join(self.local, name), pieces) for name, pieces in stored]
+        self._pending = [BackgroundCommit(os.path.join(self.local, name), pieces, self._durable_shards())
+                         for name, pieces in stored]
         self._shards.append(self._shard_entry(position, len(self._records), infos))
         self._records = []
         self._shard_size = self._shard_overhead

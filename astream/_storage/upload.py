@@ -117,6 +117,10 @@ class Uploads(ShardWriter):
             return self._staging
         return super()._local_dir(out)
 
+    def _durable_shards(self) -> bool:
+        # Staged only to be uploaded and deleted: the remote copy is the durable one.
+        return self.remote is None or self.keep_local
+
     def _after_shard(self, paths: list[str]) -> None:
         if self.remote is None:
             return

@@ -35,6 +35,8 @@ _LOOPBACK = "127.0.0.1"
 def _format(args: argparse.Namespace) -> str:
     if args.format:
         fmt = str(args.format)
+    elif not all(is_local(p) for p in args.inputs):
+        fmt = _remote_format(args.inputs)
     else:
         names = [f for p in args.inputs for f in (os.listdir(p) if os.path.isdir(p) else [p])]
         if names and all(os.path.splitext(n)[1].lower() in IMAGE_EXTENSIONS for n in names):
@@ -45,6 +47,24 @@ def _format(args: argparse.Namespace) -> str:
         raise CommandError(f"--engine {args.engine} reads {', '.join(ENGINE_FORMATS)} inputs, not {fmt}; "
                            "use --engine local for it", 2)
     return fmt
+
+
+def _remote_format(inputs: list[str]) -> str:
+    """The one engine format whose files the remote inputs hold (listed with astream's storage)."""
+    from astream.convert.files import list_inputs
+    from astream.errors import ConfigError
+
+    found = []
+    for fmt in ENGINE_FORMATS:
+        try:
+            list_inputs(inputs, fmt)
+        except ConfigError:
+            continue
+        found.append(fmt)
+    if len(found) != 1:
+        what = f"files of several formats ({', '.join(found)})" if found else "no parquet, jsonl or image files"
+        raise CommandError(f"{', '.join(inputs)}: {what}; give --format ({', '.join(ENGINE_FORMATS)})", 2)
+    return found[0]
 
 
 @contextlib.contextmanager
@@ -124,8 +144,11 @@ def run_engine(args: argparse.Namespace) -> int:
     with _engine(args.engine, workers) as handle:
         from astream.convert.sources import read_files
 
-        data = read_files(args.engine, args.inputs, fmt, handle if args.engine == "spark" else None)
-        samples = _run(args.engine, data, out, overrides, writer, args.parts, quiet)
+        if args.engine == "spark" and not all(is_local(p) for p in args.inputs):
+            samples = _spark_files(handle, args.inputs, fmt, out, overrides, writer, args.parts, quiet)
+        else:
+            data = read_files(args.engine, args.inputs, fmt, handle if args.engine == "spark" else None)
+            samples = _run(args.engine, data, out, overrides, writer, args.parts, quiet)
     if not quiet:
         print(f"wrote {samples:,} samples to {args.out} with {args.engine} in {time.perf_counter() - start:.1f} s")
     return 0
@@ -158,6 +181,24 @@ def _run(engine: str, data: Any, out: str, columns: dict[str, str], writer: dict
         bar.update(1)
     from astream.convert._part import split_out
 
+    local, remote = split_out(out)
+    return _count(local, remote)
+
+
+def _spark_files(session: Any, inputs: list[str], fmt: str, out: str, columns: dict[str, str],
+                 writer: dict[str, Any], parts: int | None, quiet: bool) -> int:
+    """Remote inputs on Spark: listed and read by the tasks through astream's storage.
+
+    Spark's own readers need the Hadoop connector jars for ``s3a://`` or ``gs://`` (from
+    Maven, configured by the user); this path needs nothing beyond astream.
+    """
+    from astream.convert._part import split_out
+    from astream.convert.spark import files_to_mds
+
+    with progress(quiet, total=1, unit="jobs", desc="convert") as bar:
+        files_to_mds(session, inputs, fmt, {"out": out, **({"columns": columns} if columns else {}), **writer},
+                     tasks=parts or None)
+        bar.update(1)
     local, remote = split_out(out)
     return _count(local, remote)
 

@@ -11,6 +11,8 @@ The neutral core (no engine imported here, ever):
 The engine adapters are imported on first use, each behind its pip extra:
 ``dataframe_to_mds`` (Spark, MosaicML's signature; ``astream[spark]``), ``MDSDatasink``
 (Ray Data, ``astream[ray]``) and :mod:`astream.convert.dask` (``to_mds``, ``astream[dask]``).
+``astream.convert.spark.files_to_mds`` converts files or a bucket on Spark with the tasks
+reading them through astream's storage (:mod:`astream.convert.files`; no connector jars).
 """
 
 from __future__ import annotations

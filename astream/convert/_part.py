@@ -32,8 +32,10 @@ from typing import Any
 
 from astream._format.files import fsync_dir
 from astream._format.index import INDEX_NAME, Index, ShardInfo
+from astream._format.record import RecordLayout
 from astream._storage.registry import join_url, scheme_of
 from astream._storage.upload import MDSWriter as UploadingWriter
+from astream.convert._records import batch_records
 from astream.convert._types import arrow_columns, batch_samples
 from astream.errors import ConfigError
 
@@ -112,6 +114,10 @@ class _PartWriter(UploadingWriter):
         super().__init__((staging, dest), exist_ok=True, keep_local=keep_local, max_workers=1, max_pending=1,
                          **kwargs)
 
+    def _durable_shards(self) -> bool:
+        # Moved into a local dataset: fsynced first. Uploaded: as for any uploading writer.
+        return self._dest_is_local or super()._durable_shards()
+
     async def _upload(self, path: str, url: str) -> None:
         if self._dest_is_local:
             os.makedirs(os.path.dirname(url), exist_ok=True)
@@ -122,7 +128,8 @@ class _PartWriter(UploadingWriter):
         await super()._upload(path, url)
 
 
-def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Mapping[str, Any]], dict[str, str] | None]:
+def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Mapping[str, Any] | _Records],
+                                                                    dict[str, str] | None]:
     """Rows of any accepted kind as samples, and the columns (inferred from Arrow if not given)."""
     pa = _maybe_pyarrow()
     if (pa is not None and isinstance(rows, pa.Table | pa.RecordBatch)) or _is_pandas(rows):
@@ -135,10 +142,18 @@ def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Map
         first_batch = _to_arrow(pa, first)
         cols = arrow_columns(first_batch.schema, columns)
 
-        def arrow_rows() -> Iterable[Mapping[str, Any]]:
-            # One batch at a time: a partition is never held in memory whole.
+        layout = RecordLayout.from_columns(cols)
+
+        def arrow_rows() -> Iterable[Mapping[str, Any] | _Records]:
+            # One batch at a time: a partition is never held in memory whole. A batch of
+            # plain columns becomes records in bulk; any other goes sample by sample.
             for batch in itertools.chain([first_batch], (_to_arrow(pa, b) for b in iterator)):
-                yield from batch_samples(batch, cols)
+                plain = _as_batch(pa, batch)
+                records = batch_records(pa, plain, layout) if plain is not None else None
+                if records is None:
+                    yield from batch_samples(batch, cols)
+                else:
+                    yield _Records(records)
 
         return arrow_rows(), cols
     if columns is None:
@@ -150,6 +165,22 @@ def _samples(rows: Any, columns: Mapping[str, str] | None) -> tuple[Iterable[Map
         yield from iterator
 
     return dict_rows(), dict(columns)
+
+
+@dataclass(frozen=True)
+class _Records:
+    """A batch's samples already encoded as MDS records."""
+
+    records: list[bytes]
+
+
+def _as_batch(pa: Any, data: Any) -> Any:
+    """``data`` as one RecordBatch holding the columns, or None where it cannot be one cheaply."""
+    if isinstance(data, pa.RecordBatch):
+        return data
+    if isinstance(data, pa.Table) and data.num_rows:
+        return data.combine_chunks().to_batches()[0]
+    return None
 
 
 def _maybe_pyarrow() -> Any:
@@ -227,7 +258,10 @@ def write_partition(
         with _PartWriter(staging, dest, dest_is_local, keep, columns=cols, compression=compression,
                          hashes=hashes, size_limit=size_limit) as writer:
             for sample in samples:
-                writer.write(sample)
+                if isinstance(sample, _Records):
+                    writer.write_records(sample.records)
+                else:
+                    writer.write(sample)
         shards = tuple(s.to_json() for s in writer.shards)
         if dest_is_local:
             _prune(dest, {INDEX_NAME, *(s.stored.basename for s in writer.shards)})

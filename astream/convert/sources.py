@@ -13,10 +13,14 @@ image     ``binaryFile`` data source   ``ray.data.read_binary_files`` one partit
 
 Images come as two columns, ``path`` (str) and ``image`` (the file's bytes, stored as
 ``bytes``; give ``columns={"image": "jpeg"}`` or ``"pil"`` to have them decoded). Remote
-URLs (``s3://...``) are read by the engine's own file systems (Spark's ``s3a://`` with
-hadoop-aws, pyarrow's S3 for Ray, s3fs for Dask). For Ray, ``S3_ENDPOINT_URL`` (the variable
-astream's own S3 backend and MosaicML Streaming read) names the endpoint of an
-S3-compatible store; pyarrow alone would only look at ``AWS_ENDPOINT_URL``.
+URLs are read by the engine's own file systems: pyarrow's S3 for Ray, s3fs for Dask (in the
+``dask`` extra), Spark's ``s3a://`` only with the hadoop-aws jars (``spark.jars.packages``);
+``S3_ENDPOINT_URL`` (the variable astream's own S3 backend and MosaicML Streaming read) names
+the endpoint of an S3-compatible store for Ray and Dask, whose readers would otherwise look
+at ``AWS_ENDPOINT_URL`` only. Dask's images are listed and read through astream's storage, a
+partition per file; for Spark without connector jars, :func:`astream.convert.spark.files_to_mds`
+has its tasks read the files through astream's storage (``astream convert --engine spark``
+does so for remote inputs).
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import os
 from collections.abc import Sequence
 from typing import Any
 
-from astream.errors import ConfigError
+from astream.errors import ConfigError, MissingExtraError
 
 __all__ = ["ENGINE_FORMATS", "IMAGE_EXTENSIONS", "read_files"]
 
@@ -83,11 +87,12 @@ def read_files(engine: str, paths: Sequence[str], fmt: str, session: Any = None)
     if engine == "dask":
         import dask.dataframe as dd
 
+        if fmt == "image":
+            return _dask_images(paths)
+        options = _fsspec_options(paths)
         if fmt == "parquet":
-            return dd.read_parquet(paths, dtype_backend="pyarrow")
-        if fmt == "jsonl":
-            return dd.read_json(paths, lines=True, blocksize=None)
-        return _dask_images(_image_files(paths))
+            return dd.read_parquet(paths, dtype_backend="pyarrow", **options)
+        return dd.read_json(paths, lines=True, blocksize=None, **options)
     raise ConfigError(f"engine {engine!r}: use spark, ray or dask")
 
 
@@ -108,6 +113,22 @@ def _arrow_s3(paths: list[str]) -> tuple[list[str], dict[str, Any]]:
     return [p[len("s3://"):] for p in paths], {"filesystem": store}
 
 
+def _fsspec_options(paths: list[str]) -> dict[str, Any]:
+    """Dask's ``storage_options`` for ``s3://`` inputs: s3fs, at ``S3_ENDPOINT_URL`` when set.
+
+    Raises:
+        MissingExtraError: an ``s3://`` input without s3fs installed.
+    """
+    if not any(p.startswith("s3://") for p in paths):
+        return {}
+    try:
+        import s3fs  # noqa: F401
+    except ImportError as exc:
+        raise MissingExtraError("reading s3:// inputs on Dask", "dask", "s3fs") from exc
+    endpoint = os.environ.get("S3_ENDPOINT_URL")
+    return {"storage_options": {"client_kwargs": {"endpoint_url": endpoint}}} if endpoint else {}
+
+
 def _takes_lines() -> bool:
     import inspect
 
@@ -125,15 +146,19 @@ def _image_frame(paths: list[str], images: list[bytes]) -> Any:
                          "image": pd.Series(images, dtype=pd.ArrowDtype(pa.binary()))})
 
 
-def _read_image(path: str) -> Any:
-    with open(path, "rb") as fh:
-        return _image_frame([path], [fh.read()])
+def _read_images(inputs: Any, group: int) -> Any:
+    batches = list(inputs.batches(group))
+    return _image_frame([p for b in batches for p in b.column("path").to_pylist()],
+                        [i for b in batches for i in b.column("image").to_pylist()])
 
 
-def _dask_images(files: list[str]) -> Any:
+def _dask_images(paths: list[str]) -> Any:
+    """One partition per image file, read by the task through astream's storage (folders or buckets)."""
     import dask.dataframe as dd
     from dask.delayed import delayed
 
-    if not files:
-        raise ConfigError("no image files found in the inputs")
-    return dd.from_delayed([delayed(_read_image)(f) for f in files], meta=_image_frame([], []))
+    from astream.convert.files import FileInputs
+
+    inputs = FileInputs.plan(paths, "image", target_bytes=1)  # a file per partition
+    return dd.from_delayed([delayed(_read_images)(inputs, k) for k in range(len(inputs.groups))],
+                           meta=_image_frame([], []))

@@ -14,15 +14,17 @@ driver merges those (nothing downloaded, workers' disks never read).
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from astream._checks import check_int
 from astream.convert._engine import Job, job_from_mds_kwargs
 from astream.convert._merge import merge_index as _merge_index
 from astream.convert._part import PartFragment
+from astream.convert.files import FileInputs
 from astream.errors import ConfigError, MissingExtraError
 
-__all__ = ["dataframe_to_mds", "spark_arrow_schema"]
+__all__ = ["dataframe_to_mds", "files_to_mds", "spark_arrow_schema"]
 
 
 def _pyspark() -> Any:
@@ -105,5 +107,65 @@ def dataframe_to_mds(
     fragments = [PartFragment.from_json(row["fragment"]) for row in rows]
     local, remote = job.roots
     if merge_index and fragments:
+        _merge_index(fragments, job.out, keep_local=job.keep_local or remote is None)
+    return (local or "", remote or ""), 0
+
+
+def _files_task(job: Job, inputs: FileInputs) -> Callable[[int], str]:
+    def write(group: int) -> str:
+        # The group's number names the part, so a retried task rewrites the same one.
+        return job.write(inputs.batches(group), group).to_json()
+
+    return write
+
+
+def files_to_mds(
+    session: Any,
+    paths: Sequence[str],
+    fmt: str,
+    mds_kwargs: Mapping[str, Any],
+    merge_index: bool = True,
+    target_bytes: int = 256 << 20,
+    tasks: int | None = None,
+) -> tuple[Any, int]:
+    """Convert Parquet, JSONL or image files to one MDS dataset on Spark, the tasks reading the files.
+
+    For inputs Spark cannot read by itself (``s3://``, ``gs://``, ``azure://`` without the
+    Hadoop connector jars): the driver lists ``paths`` with astream's storage, each task
+    downloads its group of files through it and writes a part (see
+    :mod:`astream.convert.files`). Nothing is shuffled through the JVM.
+
+    Args:
+        session: the ``SparkSession``.
+        paths: files, folders or prefixes (local or any URL astream's storage reads).
+        fmt: ``parquet``, ``jsonl`` or ``image``.
+        mds_kwargs: as for :func:`dataframe_to_mds` (``out``, ``columns``, ``compression``...).
+        merge_index: write the merged ``index.json``.
+        target_bytes: input bytes per task; at least ``defaultParallelism`` tasks where
+            there are files enough.
+        tasks: cut the files into about this many tasks instead (at most one per file).
+
+    Returns:
+        ``(mds_path, fail_count)`` as :func:`dataframe_to_mds` returns them.
+
+    Raises:
+        ConfigError: bad ``mds_kwargs``, no input files, or a column type MDS cannot store
+            (all before any task runs).
+        MissingExtraError: pyspark is not installed.
+    """
+    _pyspark()
+    context = session.sparkContext
+    if tasks is not None:
+        check_int("tasks", tasks, 1)
+        inputs = FileInputs.plan(paths, fmt, target_bytes=1 << 62, min_groups=tasks)
+    else:
+        check_int("target_bytes", target_bytes, 1)
+        inputs = FileInputs.plan(paths, fmt, target_bytes=target_bytes, min_groups=int(context.defaultParallelism))
+    job = job_from_mds_kwargs(mds_kwargs, inputs.schema)
+    count = len(inputs.groups)
+    texts = context.parallelize(range(count), count).map(_files_task(job, inputs)).collect()
+    fragments = [PartFragment.from_json(text) for text in texts]
+    local, remote = job.roots
+    if merge_index:
         _merge_index(fragments, job.out, keep_local=job.keep_local or remote is None)
     return (local or "", remote or ""), 0

@@ -158,3 +158,27 @@ def test_a_root_of_mosaicml_writer_folders_merges_in_their_listed_order(tmp_path
     assert [ds[i]["n"] for i in range(len(ds))] == [0, 1, 2, 1000, 1001, 1002, 200, 201, 202]
     with pytest.raises(IndexFormatError, match="sub-folder"):
         merge_index(str(tmp_path / "ds" / "0"))
+
+
+def test_shards_staged_for_an_upload_are_not_fsynced(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """fsync only where the local file is kept: a busy disk's fsync would hold up a staged shard."""
+    import astream._format.files as files_module
+    from astream.testing import memory_bucket
+
+    synced: list[str] = []
+    real = os.fsync
+
+    def fsync(fd: int) -> None:
+        synced.append(os.path.basename(os.readlink(f"/proc/self/fd/{fd}")))
+        real(fd)
+
+    monkeypatch.setattr(files_module.os, "fsync", fsync)
+    data = pa.table({"id": list(range(200)), "text": [f"t{i}" * 20 for i in range(200)]})
+    write_partition(data, "memory://fsync-test/ds", 0, size_limit=2000)
+    assert len(memory_bucket("fsync-test")) > 3
+    assert not [name for name in synced if ".mds" in name]
+    write_partition(data, str(tmp_path / "local"), 0, size_limit=2000)
+    assert len([name for name in synced if ".mds" in name]) > 3
+    synced.clear()
+    write_partition(data, (str(tmp_path / "kept"), "memory://fsync-test/kept"), 0, size_limit=2000, keep_local=True)
+    assert len([name for name in synced if ".mds" in name]) > 3

@@ -67,3 +67,27 @@ def test_jsonl_files_read_by_dask(dask_client: Any, tmp_path: Path) -> None:
     ds = LocalDataset(out)
     assert sorted(int(s["id"]) for s in ds) == list(range(20))
     assert ds.index.shards[0].column_encodings == ("int", "float64", "str")
+
+
+def test_parquet_and_jsonl_in_a_bucket_to_a_bucket(dask_client: Any, s3: Any, parquet_dir: Path, tmp_path: Path) -> None:
+    """Dask reads s3:// through s3fs at S3_ENDPOINT_URL (moto), and the parts go to s3:// too."""
+    pytest.importorskip("s3fs", reason="the dask extra brings s3fs")
+    import json
+
+    from astream.convert.sources import read_files
+
+    s3.create_bucket(Bucket="dask-in")
+    for f in sorted(parquet_dir.glob("*.parquet")):
+        s3.put_object(Bucket="dask-in", Key=f"pq/{f.name}", Body=f.read_bytes())
+    lines = "".join(json.dumps({"id": i, "text": f"t{i}"}) + "\n" for i in range(7))
+    s3.put_object(Bucket="dask-in", Key="js/a.jsonl", Body=lines.encode())
+    s3.create_bucket(Bucket="dask-out")
+    fragments = to_mds(read_files("dask", ["s3://dask-in/pq/"], "parquet"), "s3://dask-out/pq", compression="zstd",
+                       size_limit=2000)
+    assert len(fragments) == 2
+    keys = {o["Key"][3:] for o in s3.list_objects_v2(Bucket="dask-out", Prefix="pq/")["Contents"]}
+    check_no_orphans(keys, s3.get_object(Bucket="dask-out", Key="pq/index.json")["Body"].read())
+    check_samples(StreamingDataset(remote="s3://dask-out/pq", local=str(tmp_path / "c1"), batch_size=4), ROWS)
+    to_mds(read_files("dask", ["s3://dask-in/js/a.jsonl"], "jsonl"), "s3://dask-out/js")
+    ds = StreamingDataset(remote="s3://dask-out/js", local=str(tmp_path / "c2"), batch_size=4)
+    assert sorted((int(ds[i]["id"]), ds[i]["text"]) for i in range(len(ds))) == [(i, f"t{i}") for i in range(7)]

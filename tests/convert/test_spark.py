@@ -133,3 +133,29 @@ def test_mosaicml_nested_array_example(spark: Any, tmp_path: Path) -> None:
     for a, b in zip(rows, direct, strict=True):
         np.testing.assert_array_equal(a["array_1"], b["nested_float_array_1"])
         np.testing.assert_array_equal(a["integer_array"], b["integer_array"])
+
+
+def test_bucket_inputs_read_by_the_tasks_through_astream_storage(spark: Any, s3: Any, tmp_path: Path) -> None:
+    """No s3a:// connector: the CLI lists the bucket and each task downloads its files itself."""
+    from astream.cli import main
+    from astream.convert.spark import files_to_mds
+
+    from .convertkit import write_parquet
+
+    folder = write_parquet(tmp_path / "in", ROWS, files=3)
+    s3.create_bucket(Bucket="spark-in")
+    for f in sorted(folder.iterdir()):
+        s3.put_object(Bucket="spark-in", Key=f"pq/{f.name}", Body=f.read_bytes())
+    s3.put_object(Bucket="spark-in", Key="img/a.png", Body=b"png-a")
+    s3.put_object(Bucket="spark-in", Key="img/b.jpg", Body=b"jpg-b")
+    s3.create_bucket(Bucket="spark-out")
+    assert main(["convert", "s3://spark-in/pq/", "-o", "s3://spark-out/ds", "--engine", "spark", "--parts", "2",
+                 "--compression", "zstd", "--size-limit", "4kb", "-q"]) == 0
+    keys = {o["Key"][3:] for o in s3.list_objects_v2(Bucket="spark-out", Prefix="ds/")["Contents"]}
+    assert {k.split("/")[0] for k in keys} == {"index.json", "part-00000", "part-00001"}
+    check_no_orphans(keys, s3.get_object(Bucket="spark-out", Key="ds/index.json")["Body"].read())
+    check_samples(StreamingDataset(remote="s3://spark-out/ds", local=str(tmp_path / "cache"), batch_size=4), ROWS)
+    out = str(tmp_path / "img")
+    files_to_mds(spark, ["s3://spark-in/img"], "image", {"out": out})
+    assert sorted((s["path"], s["image"]) for s in LocalDataset(out)) == [
+        ("s3://spark-in/img/a.png", b"png-a"), ("s3://spark-in/img/b.jpg", b"jpg-b")]

@@ -83,6 +83,38 @@ def test_rollover_follows_the_mds_rule(tmp_path_factory: pytest.TempPathFactory,
         assert [len(s["b"]) for s in ds] == lengths
 
 
+@settings(max_examples=25, deadline=None)
+@given(lengths=st.lists(st.integers(0, 300), max_size=40), limit=st.sampled_from([None, 0, 100, 256, 500, 2000]),
+       cut=st.integers(0, 40))
+def test_records_written_in_bulk_give_the_same_shards(
+    tmp_path_factory: pytest.TempPathFactory, lengths: list[int], limit: int | None, cut: int
+) -> None:
+    root = tmp_path_factory.mktemp("bulk")
+    samples = [{"b": bytes([n % 256]) * n, "i": n} for n in lengths]
+    with MDSWriter(root / "one", {"b": "bytes", "i": "int"}, size_limit=limit) as writer:
+        for sample in samples:
+            writer.write(sample)
+    with MDSWriter(root / "bulk", {"b": "bytes", "i": "int"}, size_limit=limit) as bulk:
+        records = [bulk.layout.encode(sample, k) for k, sample in enumerate(samples)]
+        bulk.write_records(records[:cut])  # two calls: the second starts in a shard already begun
+        bulk.write_records(iter(records[cut:]))
+        assert bulk.num_samples == len(samples)
+    assert sorted(os.listdir(root / "one")) == sorted(os.listdir(root / "bulk"))
+    for name in os.listdir(root / "one"):
+        assert (root / "one" / name).read_bytes() == (root / "bulk" / name).read_bytes(), name
+
+
+def test_records_in_bulk_that_fill_a_shard_exactly(tmp_path: Path) -> None:
+    # The boundary case: three records end the shard at size_limit exactly; the fourth starts the next.
+    with MDSWriter(tmp_path / "probe", {"b": "bytes"}, size_limit=1000) as probe:
+        header = probe._shard_overhead  # the same for every 4-digit size_limit
+    limit = header + 3 * (300 + 8)  # each record: 4 bytes of length, 300 of value, 4 of offset
+    assert 1000 <= limit < 10_000
+    with MDSWriter(tmp_path / "ds", {"b": "bytes"}, size_limit=limit) as writer:
+        writer.write_records([writer.layout.encode({"b": bytes(300)}, k) for k in range(4)])
+    assert [s["samples"] for s in _index(tmp_path / "ds")["shards"]] == [3, 1]
+
+
 def test_oversized_first_sample_gives_an_empty_shard(tmp_path: Path) -> None:
     with MDSWriter(tmp_path / "ds", {"b": "bytes"}, size_limit=100) as writer:
         writer.write({"b": bytes(500)})
