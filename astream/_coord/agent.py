@@ -28,7 +28,7 @@ from typing import Any
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
 from astream._coord.config import CoordConfig
 from astream._coord.connection import Conn, Wait, error_body, socket_file
-from astream._coord.provider import PlanAware, ShardProvider
+from astream._coord.provider import Hurried, PlanAware, ShardProvider
 from astream._coord.wire import ProtocolError
 from astream.errors import CoordinationError
 
@@ -53,6 +53,7 @@ class Agent:
         self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, Conn] = {}
         self._planned: PlanAware | None = provider if isinstance(provider, PlanAware) else None
+        self._hurried: Hurried | None = provider if isinstance(provider, Hurried) else None
         self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
@@ -162,12 +163,13 @@ class Agent:
         if not conn.greeted:
             raise ProtocolError(f"op {op!r} before hello")
         request: int = msg.get("id", 0)
+        first = bool(msg.get("first"))
         if op == "ensure":
-            self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True)
+            self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True, first=first)
         elif op == "ensure_many":
-            self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False)
+            self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False, first=first)
         elif op == "prefetch":
-            self._prefetch(msg["keys"])
+            self._prefetch(msg["keys"], first=first)
         elif op == "pin":
             self._pin(conn, msg["key"], 1)
         elif op == "unpin":
@@ -240,7 +242,8 @@ class Agent:
             count = 0
         self.provider.on_pins_changed(key, count)
 
-    def _ensure(self, conn: Conn, keys: list[str], request: int, *, pin: bool, single: bool) -> None:
+    def _ensure(self, conn: Conn, keys: list[str], request: int, *, pin: bool, single: bool,
+                first: bool = False) -> None:
         wait = Wait(conn, request, keys, single)
         for key in keys:
             if pin:
@@ -250,17 +253,30 @@ class Agent:
                 self.stats["hits"] += 1
                 wait.deliver(key, path, None)
                 continue
+            if first:
+                self._hurry(key)
             self._waiters.setdefault(key, []).append(wait)
             if key in self._inflight:
                 self.stats["coalesced"] += 1
                 continue
             self._start_fetch(key)
 
-    def _prefetch(self, keys: list[str]) -> None:
+    def _prefetch(self, keys: list[str], *, first: bool = False) -> None:
         for key in keys:
-            if key not in self._inflight and self.provider.lookup(key) is None:
+            if self.provider.lookup(key) is not None:
+                continue
+            if first:
+                self._hurry(key)
+            if key not in self._inflight:
                 self.stats["prefetches"] += 1
                 self._start_fetch(key)
+
+    def _hurry(self, key: str) -> None:
+        """Every reader's first batch before any reader's later shards: a node whose ranks
+        (and workers) ask one after the other still starts each of them at once."""
+        if self._hurried is not None:
+            self.stats["first_requests"] += 1
+            self._hurried.hurry(key)
 
     def _start_fetch(self, key: str) -> None:
         self.stats["fetches"] += 1

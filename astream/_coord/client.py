@@ -121,7 +121,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
 
     # -- calls --------------------------------------------------------------------------
 
-    async def ensure(self, key: str, *, pin: bool = False) -> str:
+    async def ensure(self, key: str, *, pin: bool = False, first: bool = False) -> str:
         """Make shard ``key`` present in the node's cache (downloaded once per node); return its path.
 
         A shard this client already holds pinned is answered here, without a round trip:
@@ -130,14 +130,16 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         Args:
             key: the shard's name relative to the cache root.
             pin: also pin it (atomically: it cannot be evicted between ready and pinned).
+            first: the first batch of an iteration reads it: the node fetches it before
+                the later shards of any reader.
 
         Raises:
             AstreamError: the provider's error (e.g. ``DownloadError``), as every waiter sees it.
             WatchdogTimeout: no answer within ``watch_fail_after``.
         """
-        return (await self.ensure_many([key], pin=pin))[0]
+        return (await self.ensure_many([key], pin=pin, first=first))[0]
 
-    async def ensure_many(self, keys: Sequence[str], *, pin: bool = False) -> list[str]:
+    async def ensure_many(self, keys: Sequence[str], *, pin: bool = False, first: bool = False) -> list[str]:
         """:meth:`ensure` several shards in one round trip; answers when all are ready.
 
         A loader that pins the window of shards its plan reads next pays one round trip
@@ -153,17 +155,19 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                 await self._connected()  # a first hello must not carry these pins too
             for key in keys:
                 self._pins[key] += 1
+        extra = {"first": True} if first else {}
         if ask:
             try:
                 if len(ask) == 1:
-                    answer = await self._call({"op": "ensure", "key": ask[0], "pin": pin}, watch=f"shard {ask[0]!r}",
+                    answer = await self._call({"op": "ensure", "key": ask[0], "pin": pin, **extra},
+                                              watch=f"shard {ask[0]!r}",
                                               describe=lambda: self._inspect_shard(ask[0]))
                     got = [answer["path"]]
                 else:
                     got = []
                     for start in range(0, len(ask), MAX_KEYS):
                         chunk = ask[start : start + MAX_KEYS]
-                        answer = await self._call({"op": "ensure_many", "keys": chunk, "pin": pin},
+                        answer = await self._call({"op": "ensure_many", "keys": chunk, "pin": pin, **extra},
                                                   watch=f"{len(chunk)} shards ({chunk[0]!r}...)",
                                                   describe=lambda chunk=chunk: self._inspect_shard(chunk[0]))
                         got.extend(answer["paths"])
@@ -179,16 +183,18 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                     self._paths[key] = fetched[key]
         return [p for p in paths if p is not None]
 
-    async def prefetch(self, keys: Sequence[str]) -> None:
+    async def prefetch(self, keys: Sequence[str], *, first: bool = False) -> None:
         """Ask the node to start fetching ``keys`` now, without waiting or pinning (one-way).
 
         A loader walking its epoch plan announces the shards it will read soon; a later
         :meth:`ensure` of one of them joins its download or finds it done. A prefetch
         that fails is forgotten: the ``ensure`` that needs the shard tries again.
+        ``first``: as for :meth:`ensure`.
         """
         link = await self._connected()
+        extra = {"first": True} if first else {}
         for start in range(0, len(keys), MAX_KEYS):
-            link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS])})
+            link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS]), **extra})
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
