@@ -58,6 +58,8 @@ class Agent:
         self._count = 0
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[str]] = {}
+        self._prefetched: dict[str, set[int]] = {}  # key -> the connections whose prefetch wants it
+        self._closing = False
         self._waiters: dict[str, list[Wait]] = {}
         self._stage: dict[str, tuple[str, float]] = {}
         self._epoch = 0
@@ -97,6 +99,7 @@ class Agent:
             self._stop.set()
 
     async def _shutdown(self, server: asyncio.AbstractServer | None, listener: socket.socket) -> None:
+        self._closing = True
         if server is not None:
             server.close()
         listener.close()
@@ -137,6 +140,7 @@ class Agent:
         for key in conn.pins:
             self._add_pins(key, -1)
         conn.pins.clear()
+        self._withdraw(conn, [k for k, conns in self._prefetched.items() if conn.number in conns])
         if self._planned is not None:
             for reader in conn.readers:
                 self._planned.on_reader_gone(f"{conn.number}:{reader}")
@@ -169,7 +173,9 @@ class Agent:
         elif op == "ensure_many":
             self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False, first=first)
         elif op == "prefetch":
-            self._prefetch(msg["keys"], first=first)
+            self._prefetch(conn, msg["keys"], first=first)
+        elif op == "withdraw":
+            self._withdraw(conn, msg["keys"])
         elif op == "pin":
             self._pin(conn, msg["key"], 1)
         elif op == "unpin":
@@ -261,15 +267,34 @@ class Agent:
                 continue
             self._start_fetch(key)
 
-    def _prefetch(self, keys: list[str], *, first: bool = False) -> None:
+    def _prefetch(self, conn: Conn, keys: list[str], *, first: bool = False) -> None:
         for key in keys:
             if self.provider.lookup(key) is not None:
                 continue
             if first:
                 self._hurry(key)
+            self._prefetched.setdefault(key, set()).add(conn.number)
             if key not in self._inflight:
                 self.stats["prefetches"] += 1
                 self._start_fetch(key)
+
+    def _withdraw(self, conn: Conn, keys: list[str]) -> None:
+        """``conn`` no longer wants its prefetches of ``keys`` (it asked, or it left): a fetch
+        that no other prefetch wants, nobody waits for and nobody pins is cancelled, so its
+        transfer stops and leaves the link to what is needed (a dataset told to resume
+        elsewhere, or closed, before it read anything)."""
+        for key in keys:
+            wanted = self._prefetched.get(key)
+            if wanted is None:
+                continue
+            wanted.discard(conn.number)
+            if wanted:
+                continue
+            del self._prefetched[key]
+            task = self._inflight.get(key)
+            if task is not None and not self._waiters.get(key) and not self._pins.get(key):
+                self.stats["withdrawn"] += 1
+                task.cancel()
 
     def _hurry(self, key: str) -> None:
         """Every reader's first batch before any reader's later shards: a node whose ranks
@@ -294,9 +319,17 @@ class Agent:
     def _fetched(self, key: str, task: asyncio.Task[str]) -> None:
         self._inflight.pop(key, None)
         self._stage.pop(key, None)
-        waiters = self._waiters.pop(key, [])
         if task.cancelled():
+            # Withdrawn (or the agent is shutting down). Whoever asked for the key while the
+            # cancelled fetch wound up gets a fetch of its own (one at a time per key).
+            if not self._closing and (self._waiters.get(key) or self._prefetched.get(key)):
+                self._start_fetch(key)
+            else:
+                self._waiters.pop(key, None)
+                self._prefetched.pop(key, None)
             return
+        self._prefetched.pop(key, None)
+        waiters = self._waiters.pop(key, [])
         exc = task.exception()
         if exc is not None:
             self.stats["fetch_errors"] += 1

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -189,12 +190,23 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         A loader walking its epoch plan announces the shards it will read soon; a later
         :meth:`ensure` of one of them joins its download or finds it done. A prefetch
         that fails is forgotten: the ``ensure`` that needs the shard tries again.
-        ``first``: as for :meth:`ensure`.
+        ``first``: as for :meth:`ensure`. A prefetch lasts while this client is connected:
+        see :meth:`withdraw`.
         """
         link = await self._connected()
         extra = {"first": True} if first else {}
         for start in range(0, len(keys), MAX_KEYS):
             link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS]), **extra})
+
+    async def withdraw(self, keys: Sequence[str]) -> None:
+        """Take back this client's :meth:`prefetch` of ``keys`` (one-way; leaving the node does
+        it for all of them): a transfer that nobody else asked for, waits for or pins is
+        cancelled, and the link goes to what is needed instead."""
+        link = self._link
+        if link is None or link.lost:
+            return  # not connected: the agent forgot this client's prefetches when it left
+        for start in range(0, len(keys), MAX_KEYS):
+            link.notify({"op": "withdraw", "keys": list(keys[start : start + MAX_KEYS])})
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
@@ -360,7 +372,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             else:
                 listener = try_bind(self.address)
                 if listener is not None:
-                    self.agent_pid = await asyncio.to_thread(start_agent, listener, self._provider, self.config)
+                    self.agent_pid = await self._start_agent(listener)
                     self.started_agents += 1
                     continue
             await asyncio.sleep(pause)
@@ -369,6 +381,30 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             f"{self.member}: could not reach or start the node agent at {self.address} within "
             f"{self.config.connect_timeout}s (CoordConfig.connect_timeout){f'; last error: {last}' if last else ''}"
         )
+
+    async def _start_agent(self, listener: Any) -> int:
+        """Start the node's agent on ``listener`` (off the loop). Cancelled before the agent
+        took the listener over, the listener is closed (nobody else would); cancelled after,
+        the agent starts all the same and ends once nobody came (``connect_timeout``)."""
+        lock = threading.Lock()
+        state = {"ran": False, "abandoned": False}
+
+        def start() -> int:
+            with lock:
+                if state["abandoned"]:
+                    return 0
+                state["ran"] = True
+            return start_agent(listener, self._provider, self.config)
+
+        task = asyncio.ensure_future(asyncio.to_thread(start))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            with lock:
+                if not state["ran"]:
+                    state["abandoned"] = True
+                    listener.close()
+            raise
 
     async def _hello(self, sock: Any) -> Link:
         loop = asyncio.get_running_loop()

@@ -122,6 +122,8 @@ REQUESTS: dict[str, dict[str, str]] = {
     "ensure": {"key": _STR, "pin": _BOOL, "first": _OPT_BOOL},
     "ensure_many": {"keys": _KEYS, "pin": _BOOL, "first": _OPT_BOOL},
     "prefetch": {"keys": _KEYS, "first": _OPT_BOOL},
+    # This connection no longer wants what it prefetched of ``keys`` (see Agent._withdraw).
+    "withdraw": {"keys": _KEYS},
     "pin": {"key": _STR},
     "unpin": {"key": _STR},
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
@@ -138,7 +140,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "progress": {"reader": _STR, "position": _INT},
     "reader_done": {"reader": _STR},
 }
-ONE_WAY = frozenset({"pin", "unpin", "prefetch", "bye", "plan", "progress", "reader_done"})
+ONE_WAY = frozenset({"pin", "unpin", "prefetch", "withdraw", "bye", "plan", "progress", "reader_done"})
 
 
 def _check(value: object, kind: str) -> bool:

@@ -70,8 +70,12 @@ def test_every_ranks_first_shard_is_fetched_before_any_second(tmp_path: Path) ->
                 return [int(i) async for batch in reader.batches() for i in batch["id"]]
 
         async def asked(ds: StreamingDataset, keys: set[str]) -> None:
+            """Until the agent has ``keys`` in flight, and every fetch in flight waits for its slot."""
             node = await ds.node()
-            while not keys <= set((await node.stats())["inflight"]):  # noqa: ASYNC110 - another thread's state
+            while True:
+                stats = await node.stats()
+                if keys <= set(stats["inflight"]) and stats["provider"]["misses"] >= len(stats["inflight"]):
+                    return
                 await asyncio.sleep(0.005)
 
         async def main() -> list[list[int]]:
