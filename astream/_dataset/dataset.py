@@ -117,30 +117,45 @@ class StreamingDataset(RandomAccess):
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1)  # validate the whole config now
-        self._warm = self._warm_start()
+        self._warm: WarmStart | None = None
+        self._warm_shape = (1, self.config.batch_size or 1, False)
 
-    def _warm_start(self) -> WarmStart | None:
-        """Join the node and fetch the first batch's shards while the program goes on
-        (see :mod:`astream._dataset.warmup`). Not for a bounded cache, whose readers' plans
-        decide what it holds and whose size is checked when an epoch is set up, before
-        any download; nor for datasets with nothing to download."""
+    def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
+        """Join the node and fetch the first batch of each of the rank's readers while the
+        program goes on (see :mod:`astream._dataset.warmup`); a :class:`Loader` calls it
+        when it is made, with its own shape (the first batches depend on it).
+
+        Not for a bounded cache, whose readers' plans decide what it holds and whose size
+        is checked when an epoch is set up, before any download; not for datasets with
+        nothing to download.
+        """
         cfg = self.config
         if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams):
-            return None
+            return
+        self._warm_shape = (workers_per_rank, batch_size, drop_last)
+        warm = self.__dict__.get("_warm")
+        if warm is not None:  # another loader, of another shape
+            resume = self.run.resume
+            if resume is not None:
+                warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
+            return
         # Nothing in it refers to the dataset, which its finalizer must not keep alive.
-        warm = WarmStart(portal(), functools.partial(self.session.new_client, role="warm"))
+        warm = self._warm = WarmStart(portal(), functools.partial(self.session.new_client, role="warm"))
         warm.start(self._first_keys)
         weakref.finalize(self, warm.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
-        return warm
 
     def _first_keys(self, epoch: int, sample_in_epoch: int = 0) -> list[str]:
-        """The shards (keys) of this rank's first batch of ``epoch`` from ``sample_in_epoch``,
-        those of streams with a remote, in the order the batch reads them."""
-        plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1)
+        """The shards (keys) of the first batch of each of this rank's readers in ``epoch``
+        from ``sample_in_epoch``, those of streams with a remote, in the order they are read."""
+        workers, size, drop_last = self._warm_shape
+        plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers, batch_size=size)
         world = self.config.world
-        order = worker_batches(plan, world.node, world.local_rank, 0)
-        first = min(order.num_samples, int(order.bounds[1]) if order.num_batches else order.num_samples)
-        shards = self.sample_map.locate(order.ids[:first])[0]
+        firsts = []
+        for worker in range(workers):
+            order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+            end = int(order.bounds[1]) if order.num_batches else 0
+            firsts.append(order.ids[: min(end, order.num_samples)])
+        shards = self.sample_map.locate(np.concatenate(firsts))[0]
         found, at = np.unique(shards, return_index=True)
         streams = self.config.streams
         out = []
