@@ -11,6 +11,11 @@ that connection only). Readers of a bounded cache also report their epoch's shar
 their position (ops ``plan``, ``progress``, ``reader_done``); the agent hands them to a
 :class:`~astream._coord.provider.PlanAware` provider and forgets a connection's readers
 when it closes, as it releases its pins.
+
+A ``prefetch`` starts a fetch nobody waits for yet; it lasts while the connection that
+asked stays and does not ``withdraw`` it (a fetch that no prefetch, waiter or pin wants
+any more is cancelled). Requests marked ``first`` (a reader's first batch) go to the
+provider's :class:`~astream._coord.provider.Hurried` side, which serves them before the rest.
 """
 
 from __future__ import annotations

@@ -164,6 +164,7 @@ class StreamingDataset(RandomAccess):
             if streams[stream].remote is not None:
                 out.append(shard_key(stream, self.sample_map.shard_local[g]))
         return out
+
     def __getattr__(self, name: str) -> Any:
         # The validated parameters read as attributes (``ds.shuffle_seed``), as in MosaicML.
         config = self.__dict__.get("config")
@@ -263,7 +264,8 @@ class StreamingDataset(RandomAccess):
         self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample, workers_per_rank=1))
         warm, resume = self.__dict__.get("_warm"), self.run.resume
         if warm is not None and resume is not None:
-            warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))  # (the plan is cached)
+            # (the plan, which the iteration needs anyway, is then cached for it)
+            warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
 
     @asynccontextmanager
     async def open_epoch_reader(
