@@ -241,6 +241,9 @@ class StreamingDataset(RandomAccess):
     async def begin_epoch(self, node: AsyncNodeClient, readers_per_rank: int = 1) -> tuple[int, int]:
         """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset). A
         loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
+        warm = self.__dict__.get("_warm")
+        if warm is not None:
+            warm.overtaken()  # the iteration asks for its shards itself now
         resume = self.run.fix_run_values()
         assert self.run.ncn is not None
         # A cache_limit too small for the node's readers fails here, before any download.

@@ -21,6 +21,9 @@ raised before, and nothing more.
   (the dataset collected unclosed): its client leaves the node, which withdraws what it
   prefetched and nobody else wants; a node agent on a thread of this process then ends
   after its linger, as it would after an iteration.
+- :meth:`WarmStart.overtaken`: an iteration began before it got as far as prefetching (the
+  program iterates at once): what is left, the iteration asks for itself, and the warm
+  start stays out of its way (no second planning, no request after the reader's).
 - It belongs to the process that made it. A dataset pickled into a worker has none (the
   worker's iteration asks for its own shards), and in a forked child it does nothing: the
   loop it ran on does not exist there.
@@ -64,6 +67,7 @@ class WarmStart:
         self._lock: asyncio.Lock | None = None
         self._stopped = False
         self._redirected = False
+        self._overtaken = False
 
     def start(self, keys_at: KeysAt) -> None:
         """Join the node and prefetch ``keys_at(the node's next epoch)``, in the background."""
@@ -73,6 +77,10 @@ class WarmStart:
         """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's)."""
         self._redirected = True  # a start still planning skips its own prefetch
         self._submit(self._prefetch(keys))
+
+    def overtaken(self) -> None:
+        """An iteration has begun: prefetch nothing more (the reader asks for its shards)."""
+        self._overtaken = True
 
     async def astop(self) -> None:
         """Stop, on the loop it runs on: its client leaves the node; idempotent."""
@@ -114,7 +122,7 @@ class WarmStart:
             self._lock = asyncio.Lock()
         try:
             async with self._lock:  # in the order they were asked for
-                if not self._stopped:
+                if not self._stopped and not self._overtaken:
                     await coro
         except Exception as exc:
             log.debug("astream: the dataset's warm start stopped: %s", exc)
@@ -131,12 +139,16 @@ class WarmStart:
     async def _start(self, keys_at: KeysAt) -> None:
         client = await self._joined()
         epoch = await client.get_epoch()
+        if self._overtaken or self._redirected:
+            return
         keys = await asyncio.to_thread(keys_at, epoch)  # may plan the epoch: not on the loop
         if not self._redirected:
             await self._prefetch(keys)
 
     async def _prefetch(self, keys: list[str]) -> None:
         client = await self._joined()
+        if self._overtaken:
+            return
         dropped = sorted(set(self._keys) - set(keys))
         if dropped:
             await client.withdraw(dropped)
