@@ -12,6 +12,9 @@ a fresh process each time and interleaved (``--runs`` rounds):
 - ``astream-resume`` / ``mosaic-resume``: a state dict at 90 % of the epoch loaded into a
   fresh process over an empty cache: the time to the first batch;
 - ``warm``: astream iterating the dataset directory itself (no remote): the iteration floor;
+- ``astream-pause`` / ``base-pause``: as ``astream``, with a pause of ``--pause`` seconds
+  between making the ``Loader`` and iterating it (the program building its model): the
+  first batch counts from the end of the pause;
 - ``base`` / ``base-resume``: as ``astream``, with the astream package found under
   ``--base`` (another checkout: a before/after in the same run, under the same load).
 
@@ -59,7 +62,8 @@ PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 BATCH = 32
 DATASETS = ("small", "large", "zstd")
-MODES = ("astream", "mosaic", "raw", "astream-resume", "mosaic-resume", "warm", "base", "base-resume")
+MODES = ("astream", "mosaic", "raw", "astream-resume", "mosaic-resume", "warm", "base", "base-resume",
+         "astream-pause", "base-pause")
 RESUME_AT = 0.9
 
 
@@ -160,7 +164,7 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-def worker_astream(remote: str | None, local: str, resume: int, profile: bool) -> dict[str, Any]:
+def worker_astream(remote: str | None, local: str, resume: int, profile: bool, pause: float = 0.0) -> dict[str, Any]:
     t0 = time.perf_counter()
     from astream import Loader, StreamingDataset
 
@@ -171,10 +175,14 @@ def worker_astream(remote: str | None, local: str, resume: int, profile: bool) -
     if resume:
         loader.load_state_dict({"epoch": 0, "sample_in_epoch": resume, "num_canonical_nodes": 1,
                                 "shuffle_seed": 9176, "initial_physical_nodes": 1})
+    paused = {}
+    if pause:
+        time.sleep(pause)  # the program builds its model
+        paused = {"paused_s": time.perf_counter() - t0}
     res = _iterate(loader, t0, bool(resume), profile)
     loader.close()
     ds.close()
-    return {"import_s": import_s, "built_s": built, "cpu_s": _cpu(), **res}
+    return {"import_s": import_s, "built_s": built, "cpu_s": _cpu(), **paused, **res}
 
 
 def worker_mosaic(remote: str, local: str, resume: int, profile: bool) -> dict[str, Any]:
@@ -247,7 +255,7 @@ def worker_raw(url: str, local: str) -> dict[str, Any]:
 
 # -- the driver --------------------------------------------------------------------------------
 def run_one(mode: str, name: str, root: Path, port: int, scratch: Path, peer_python: str,
-            profile: bool, base: str | None) -> dict[str, Any]:
+            profile: bool, base: str | None, pause: float) -> dict[str, Any]:
     data_dir = root / "bucket" / name
     local = str(data_dir) if mode == "warm" else tempfile.mkdtemp(prefix=f"{mode}-", dir=str(scratch))
     env = child_env(root.parent)
@@ -269,7 +277,7 @@ def run_one(mode: str, name: str, root: Path, port: int, scratch: Path, peer_pyt
     else:
         remote = f"http://127.0.0.1:{port}/bucket/{name}"
     cmd = [python, __file__, "--worker", "astream" if lib == "warm" else lib, remote, local, str(resume),
-           "1" if profile else "0"]
+           "1" if profile else "0", str(pause if mode.endswith("-pause") else 0.0)]
     try:
         result = measured_child(cmd, env, f"{mode} {name}")
     finally:
@@ -290,16 +298,18 @@ def main() -> None:
     parser.add_argument("--peer-python", default=PEER_PYTHON)
     parser.add_argument("--profile", action="store_true", help="also list astream's longest waits between batches")
     parser.add_argument("--json", help="also write the raw results here")
-    parser.add_argument("--worker", nargs=5, metavar=("LIB", "REMOTE", "LOCAL", "RESUME", "PROFILE"))
+    parser.add_argument("--pause", type=float, default=0.5, help="seconds of the *-pause modes' pause")
+    parser.add_argument("--worker", nargs=6, metavar=("LIB", "REMOTE", "LOCAL", "RESUME", "PROFILE", "PAUSE"))
     args = parser.parse_args()
     if args.worker:
-        lib, remote, local, resume, profile = args.worker
+        lib, remote, local, resume, profile, pause = args.worker
         if lib == "raw":
             print(json.dumps(worker_raw(remote, local)))
         elif lib == "mosaic":
             print(json.dumps(worker_mosaic(remote, local, int(resume), profile == "1")))
         else:
-            print(json.dumps(worker_astream(None if remote == "-" else remote, local, int(resume), profile == "1")))
+            print(json.dumps(worker_astream(None if remote == "-" else remote, local, int(resume), profile == "1",
+                                            float(pause))))
         return
 
     data = Path(args.data)
@@ -324,8 +334,11 @@ def main() -> None:
     try:
         for r in range(args.runs):
             for name in args.only:
-                for mode in args.modes:
-                    res = run_one(mode, name, root, port, scratch, args.peer_python, args.profile, args.base)
+                # Every other round in reverse: on a loaded machine the first run of a round
+                # was up to 0.5 s slower (zstd), whichever mode it was.
+                for mode in args.modes if r % 2 == 0 else list(reversed(args.modes)):
+                    res = run_one(mode, name, root, port, scratch, args.peer_python, args.profile, args.base,
+                                  args.pause)
                     results[(name, mode)].append(res)
                     print(f"run {r + 1} {name:5s} {mode:14s} total {res['total_s']:.3f} s first {res['first_s']:.3f} s "
                           f"import {res['import_s']:.3f} s rss {res['rss_mb']:.0f} MB load {res['load']:.1f}"
@@ -341,7 +354,7 @@ def main() -> None:
 
 
 def report(results: dict[tuple[str, str], list[dict[str, Any]]], root: Path, args: Any) -> None:
-    fields = ("total_s", "first_s", "import_s", "built_s", "rss_mb", "index_s", "ranged_s", "cpu_s")
+    fields = ("total_s", "first_s", "import_s", "built_s", "rss_mb", "index_s", "ranged_s", "cpu_s", "paused_s")
     med = {k: {f: statistics.median(r[f] for r in rs) for f in fields if f in rs[0]} for k, rs in results.items() if rs}
     loads = [r["load"] for rs in results.values() for r in rs]
     print(f"\nmedians of {args.runs} fresh-process runs; batch size {BATCH}; {os.cpu_count()} CPUs; "
@@ -383,6 +396,22 @@ def report(results: dict[tuple[str, str], list[dict[str, Any]]], root: Path, arg
               f"| {ratio(a, 'first_s', first_floor)} | {ratio(b, 'first_s', first_floor)} | {vs_peer} "
               f"| {ratio(med.get((name, 'astream-resume')), 'first_s', first_floor)} "
               f"| {ratio(med.get((name, 'base-resume')), 'first_s', first_floor)} |")
+    paused = [(name, mode) for name in args.only for mode in ("astream-pause", "base-pause") if results.get((name, mode))]
+    if paused:
+        print(f"\nfirst batch after a {args.pause} s pause between Loader() and iterating (the program building "
+              "its model), medians; the warm row is a warm cache's first batch (imports excluded)\n")
+        print("| dataset | mode | first batch after the pause s | cold epoch after the pause s |")
+        print("|---|---|---:|---:|")
+        for name, mode in paused:
+            runs = results[(name, mode)]
+            first = statistics.median(r["first_s"] - r["paused_s"] for r in runs)
+            total = statistics.median(r["total_s"] - r["paused_s"] for r in runs)
+            print(f"| {name} | {mode} | {first:.3f} | {total:.3f} |")
+        for name in args.only:
+            if (name, "warm") in med:
+                w = med[(name, "warm")]
+                print(f"| {name} | warm | {w['first_s'] - w['import_s']:.3f} | |")
+
 
 if __name__ == "__main__":
     main()

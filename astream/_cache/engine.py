@@ -44,6 +44,11 @@ from astream.errors import CacheError, UsageError
 
 __all__ = ["ShardEngine"]
 
+# Added to the priority of work nobody needs for a first batch: the shards the node's
+# readers read first (each rank's, each worker's) take the transfer slots before any
+# reader's later shards, whichever order their requests came in.
+_LATER = 1 << 48
+
 
 class ShardEngine(Installation, AsyncResource):
     """Downloads, validates, decompresses and caches the shards of one dataset (or split).
@@ -118,6 +123,7 @@ class ShardEngine(Installation, AsyncResource):
         self._owns_pool = pool is None and storage is None
         self._executor: Executor = executor or PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
         self._order = itertools.count(1)  # reservation order = priority of the file work
+        self._priorities: dict[int, int] = {}  # of the installs running or waiting
         self._owns_executor = executor is None
         self._fsync = fsync
         self._sync = BackgroundSync(self.cache.root) if fsync else None
@@ -249,7 +255,7 @@ class ShardEngine(Installation, AsyncResource):
 
     async def reserve(
         self, i: int, *, stuck: Callable[[], bool] | None = None, next_use: Callable[[int], float] | None = None,
-        make_way: Callable[[], bool] | None = None,
+        make_way: Callable[[], bool] | None = None, urgent: bool = False,
     ) -> None:
         """Pin shard ``i`` and make sure it is ready or being installed.
 
@@ -266,6 +272,8 @@ class ShardEngine(Installation, AsyncResource):
                 farthest first (None: least recently used first).
             make_way: called when there is no room; returns True if it cancelled
                 something (a prefetch) whose bytes will come free.
+            urgent: a reader's first batch needs it: its transfer goes before every
+                transfer that is not urgent (see :meth:`hurry`).
 
         Raises:
             CacheError: no room can be made (see ``stuck``).
@@ -279,7 +287,7 @@ class ShardEngine(Installation, AsyncResource):
         while (task := self._cancelling(i)) is not None:
             await asyncio.wait([task])
         while entry.state is State.ABSENT:
-            if self._start_install(i, next_use, None):
+            if self._start_install(i, next_use, None, urgent):
                 break
             if make_way is not None and make_way():
                 await self._wait_change()
@@ -300,6 +308,8 @@ class ShardEngine(Installation, AsyncResource):
                 )
             else:
                 self.stats.hits += 1  # ready, or joining a transfer already running
+                if urgent:
+                    self.hurry(i)
         self.cache.pin(i)
         self._wake()
 
@@ -312,7 +322,8 @@ class ShardEngine(Installation, AsyncResource):
         return task
 
     def _start_install(
-        self, i: int, next_use: Callable[[int], float] | None, soon: Callable[[int], bool] | None
+        self, i: int, next_use: Callable[[int], float] | None, soon: Callable[[int], bool] | None,
+        urgent: bool = False,
     ) -> bool:
         """Make room for absent shard ``i`` and start installing it; False if no room."""
         victims = self.cache.make_room(self.cache.footprint(i), next_use, soon)
@@ -321,10 +332,15 @@ class ShardEngine(Installation, AsyncResource):
         self.stats.evictions += len(victims)
         self.cache.begin(i)
         self.stats.misses += 1
-        task = asyncio.get_running_loop().create_task(self._install(i, verify=False, priority=next(self._order)))
+        priority = next(self._order) + (0 if urgent else _LATER)
+        self._priorities[i] = priority
+        task = asyncio.get_running_loop().create_task(self._install(i, verify=False, priority=priority))
         self._tasks[i] = task
 
         def settled(task: asyncio.Task[None]) -> None:
+            if self._priorities.get(i) == priority:
+                del self._priorities[i]
+            self._slots.forget(priority)
             # Cancelled before it ever ran (its last pin went at once), the install's own
             # clean-up never started: release the bytes reserved for it here.
             if task.cancelled() and self._tasks.get(i) is task and self.cache.entries[i].state is State.BUSY:
@@ -333,6 +349,13 @@ class ShardEngine(Installation, AsyncResource):
 
         task.add_done_callback(settled)
         return True
+
+    def hurry(self, i: int) -> None:
+        """A reader's first batch needs shard ``i``: if its transfer waits for a slot (or has
+        yet to ask for one) behind work that is not urgent, it goes first."""
+        priority = self._priorities.get(i)
+        if priority is not None and priority >= _LATER:
+            self._slots.hurry(priority, priority - _LATER)
 
     def try_reserve(self, i: int, next_use: Callable[[int], float], soon: Callable[[int], bool]) -> bool:
         """Pin shard ``i`` and start installing it if room can be made now, never waiting.

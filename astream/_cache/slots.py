@@ -28,9 +28,23 @@ class Slots:
         self.active = 0
         self._waiters: list[tuple[int, int, asyncio.Future[None]]] = []
         self._seq = itertools.count()
+        self._moved: dict[int, int] = {}  # priorities raised by hurry(), for holds still to come
+
+    def hurry(self, priority: int, to: int) -> None:
+        """Serve the work of ``priority`` as if it had ``to`` (lower: sooner), whether it
+        waits for a slot now or asks for one later (until :meth:`forget`)."""
+        self._moved[priority] = to
+        if any(p == priority for p, _, _ in self._waiters):
+            self._waiters = [(to if p == priority else p, seq, fut) for p, seq, fut in self._waiters]
+            heapq.heapify(self._waiters)
+
+    def forget(self, priority: int) -> None:
+        """The work of ``priority`` is over: drop what :meth:`hurry` noted for it."""
+        self._moved.pop(priority, None)
 
     @contextlib.asynccontextmanager
     async def hold(self, priority: int = 0) -> AsyncIterator[None]:
+        priority = self._moved.get(priority, priority)
         if self.active >= self.limit or self._waiters:
             fut = asyncio.get_running_loop().create_future()
             entry = (priority, next(self._seq), fut)
@@ -42,7 +56,8 @@ class Slots:
                 if fut.done() and not fut.cancelled():
                     self._release()  # we were handed a slot just as we got cancelled
                 else:
-                    self._waiters.remove(entry)
+                    # (by its future: hurry() may have replaced the entry)
+                    self._waiters = [w for w in self._waiters if w[2] is not fut]
                     heapq.heapify(self._waiters)
                 raise
         else:

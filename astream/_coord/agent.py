@@ -11,6 +11,11 @@ that connection only). Readers of a bounded cache also report their epoch's shar
 their position (ops ``plan``, ``progress``, ``reader_done``); the agent hands them to a
 :class:`~astream._coord.provider.PlanAware` provider and forgets a connection's readers
 when it closes, as it releases its pins.
+
+A ``prefetch`` starts a fetch nobody waits for yet; it lasts while the connection that
+asked stays and does not ``withdraw`` it (a fetch that no prefetch, waiter or pin wants
+any more is cancelled). Requests marked ``first`` (a reader's first batch) go to the
+provider's :class:`~astream._coord.provider.Hurried` side, which serves them before the rest.
 """
 
 from __future__ import annotations
@@ -28,7 +33,7 @@ from typing import Any
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
 from astream._coord.config import CoordConfig
 from astream._coord.connection import Conn, Wait, error_body, socket_file
-from astream._coord.provider import PlanAware, ShardProvider
+from astream._coord.provider import Hurried, PlanAware, ShardProvider
 from astream._coord.wire import ProtocolError
 from astream.errors import CoordinationError
 
@@ -53,10 +58,13 @@ class Agent:
         self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, Conn] = {}
         self._planned: PlanAware | None = provider if isinstance(provider, PlanAware) else None
+        self._hurried: Hurried | None = provider if isinstance(provider, Hurried) else None
         self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
         self._inflight: dict[str, asyncio.Task[str]] = {}
+        self._prefetched: dict[str, set[int]] = {}  # key -> the connections whose prefetch wants it
+        self._closing = False
         self._waiters: dict[str, list[Wait]] = {}
         self._stage: dict[str, tuple[str, float]] = {}
         self._epoch = 0
@@ -96,6 +104,7 @@ class Agent:
             self._stop.set()
 
     async def _shutdown(self, server: asyncio.AbstractServer | None, listener: socket.socket) -> None:
+        self._closing = True
         if server is not None:
             server.close()
         listener.close()
@@ -136,6 +145,7 @@ class Agent:
         for key in conn.pins:
             self._add_pins(key, -1)
         conn.pins.clear()
+        self._withdraw(conn, [k for k, conns in self._prefetched.items() if conn.number in conns])
         if self._planned is not None:
             for reader in conn.readers:
                 self._planned.on_reader_gone(f"{conn.number}:{reader}")
@@ -162,12 +172,15 @@ class Agent:
         if not conn.greeted:
             raise ProtocolError(f"op {op!r} before hello")
         request: int = msg.get("id", 0)
+        first = bool(msg.get("first"))
         if op == "ensure":
-            self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True)
+            self._ensure(conn, [msg["key"]], request, pin=msg["pin"], single=True, first=first)
         elif op == "ensure_many":
-            self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False)
+            self._ensure(conn, msg["keys"], request, pin=msg["pin"], single=False, first=first)
         elif op == "prefetch":
-            self._prefetch(msg["keys"])
+            self._prefetch(conn, msg["keys"], first=first)
+        elif op == "withdraw":
+            self._withdraw(conn, msg["keys"])
         elif op == "pin":
             self._pin(conn, msg["key"], 1)
         elif op == "unpin":
@@ -240,7 +253,8 @@ class Agent:
             count = 0
         self.provider.on_pins_changed(key, count)
 
-    def _ensure(self, conn: Conn, keys: list[str], request: int, *, pin: bool, single: bool) -> None:
+    def _ensure(self, conn: Conn, keys: list[str], request: int, *, pin: bool, single: bool,
+                first: bool = False) -> None:
         wait = Wait(conn, request, keys, single)
         for key in keys:
             if pin:
@@ -250,17 +264,49 @@ class Agent:
                 self.stats["hits"] += 1
                 wait.deliver(key, path, None)
                 continue
+            if first:
+                self._hurry(key)
             self._waiters.setdefault(key, []).append(wait)
             if key in self._inflight:
                 self.stats["coalesced"] += 1
                 continue
             self._start_fetch(key)
 
-    def _prefetch(self, keys: list[str]) -> None:
+    def _prefetch(self, conn: Conn, keys: list[str], *, first: bool = False) -> None:
         for key in keys:
-            if key not in self._inflight and self.provider.lookup(key) is None:
+            if self.provider.lookup(key) is not None:
+                continue
+            if first:
+                self._hurry(key)
+            self._prefetched.setdefault(key, set()).add(conn.number)
+            if key not in self._inflight:
                 self.stats["prefetches"] += 1
                 self._start_fetch(key)
+
+    def _withdraw(self, conn: Conn, keys: list[str]) -> None:
+        """``conn`` no longer wants its prefetches of ``keys`` (it asked, or it left): a fetch
+        that no other prefetch wants, nobody waits for and nobody pins is cancelled, so its
+        transfer stops and leaves the link to what is needed (a dataset told to resume
+        elsewhere, or closed, before it read anything)."""
+        for key in keys:
+            wanted = self._prefetched.get(key)
+            if wanted is None:
+                continue
+            wanted.discard(conn.number)
+            if wanted:
+                continue
+            del self._prefetched[key]
+            task = self._inflight.get(key)
+            if task is not None and not self._waiters.get(key) and not self._pins.get(key):
+                self.stats["withdrawn"] += 1
+                task.cancel()
+
+    def _hurry(self, key: str) -> None:
+        """Every reader's first batch before any reader's later shards: a node whose ranks
+        (and workers) ask one after the other still starts each of them at once."""
+        if self._hurried is not None:
+            self.stats["first_requests"] += 1
+            self._hurried.hurry(key)
 
     def _start_fetch(self, key: str) -> None:
         self.stats["fetches"] += 1
@@ -278,9 +324,17 @@ class Agent:
     def _fetched(self, key: str, task: asyncio.Task[str]) -> None:
         self._inflight.pop(key, None)
         self._stage.pop(key, None)
-        waiters = self._waiters.pop(key, [])
         if task.cancelled():
+            # Withdrawn (or the agent is shutting down). Whoever asked for the key while the
+            # cancelled fetch wound up gets a fetch of its own (one at a time per key).
+            if not self._closing and (self._waiters.get(key) or self._prefetched.get(key)):
+                self._start_fetch(key)
+            else:
+                self._waiters.pop(key, None)
+                self._prefetched.pop(key, None)
             return
+        self._prefetched.pop(key, None)
+        waiters = self._waiters.pop(key, [])
         exc = task.exception()
         if exc is not None:
             self.stats["fetch_errors"] += 1

@@ -22,6 +22,7 @@ import contextlib
 import itertools
 import logging
 import os
+import threading
 import warnings
 from collections import Counter
 from collections.abc import AsyncIterator, Sequence
@@ -121,7 +122,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
 
     # -- calls --------------------------------------------------------------------------
 
-    async def ensure(self, key: str, *, pin: bool = False) -> str:
+    async def ensure(self, key: str, *, pin: bool = False, first: bool = False) -> str:
         """Make shard ``key`` present in the node's cache (downloaded once per node); return its path.
 
         A shard this client already holds pinned is answered here, without a round trip:
@@ -130,14 +131,16 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         Args:
             key: the shard's name relative to the cache root.
             pin: also pin it (atomically: it cannot be evicted between ready and pinned).
+            first: the first batch of an iteration reads it: the node fetches it before
+                the later shards of any reader.
 
         Raises:
             AstreamError: the provider's error (e.g. ``DownloadError``), as every waiter sees it.
             WatchdogTimeout: no answer within ``watch_fail_after``.
         """
-        return (await self.ensure_many([key], pin=pin))[0]
+        return (await self.ensure_many([key], pin=pin, first=first))[0]
 
-    async def ensure_many(self, keys: Sequence[str], *, pin: bool = False) -> list[str]:
+    async def ensure_many(self, keys: Sequence[str], *, pin: bool = False, first: bool = False) -> list[str]:
         """:meth:`ensure` several shards in one round trip; answers when all are ready.
 
         A loader that pins the window of shards its plan reads next pays one round trip
@@ -153,17 +156,19 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                 await self._connected()  # a first hello must not carry these pins too
             for key in keys:
                 self._pins[key] += 1
+        extra = {"first": True} if first else {}
         if ask:
             try:
                 if len(ask) == 1:
-                    answer = await self._call({"op": "ensure", "key": ask[0], "pin": pin}, watch=f"shard {ask[0]!r}",
+                    answer = await self._call({"op": "ensure", "key": ask[0], "pin": pin, **extra},
+                                              watch=f"shard {ask[0]!r}",
                                               describe=lambda: self._inspect_shard(ask[0]))
                     got = [answer["path"]]
                 else:
                     got = []
                     for start in range(0, len(ask), MAX_KEYS):
                         chunk = ask[start : start + MAX_KEYS]
-                        answer = await self._call({"op": "ensure_many", "keys": chunk, "pin": pin},
+                        answer = await self._call({"op": "ensure_many", "keys": chunk, "pin": pin, **extra},
                                                   watch=f"{len(chunk)} shards ({chunk[0]!r}...)",
                                                   describe=lambda chunk=chunk: self._inspect_shard(chunk[0]))
                         got.extend(answer["paths"])
@@ -179,16 +184,29 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                     self._paths[key] = fetched[key]
         return [p for p in paths if p is not None]
 
-    async def prefetch(self, keys: Sequence[str]) -> None:
+    async def prefetch(self, keys: Sequence[str], *, first: bool = False) -> None:
         """Ask the node to start fetching ``keys`` now, without waiting or pinning (one-way).
 
         A loader walking its epoch plan announces the shards it will read soon; a later
         :meth:`ensure` of one of them joins its download or finds it done. A prefetch
         that fails is forgotten: the ``ensure`` that needs the shard tries again.
+        ``first``: as for :meth:`ensure`. A prefetch lasts while this client is connected:
+        see :meth:`withdraw`.
         """
         link = await self._connected()
+        extra = {"first": True} if first else {}
         for start in range(0, len(keys), MAX_KEYS):
-            link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS])})
+            link.notify({"op": "prefetch", "keys": list(keys[start : start + MAX_KEYS]), **extra})
+
+    async def withdraw(self, keys: Sequence[str]) -> None:
+        """Take back this client's :meth:`prefetch` of ``keys`` (one-way; leaving the node does
+        it for all of them): a transfer that nobody else asked for, waits for or pins is
+        cancelled, and the link goes to what is needed instead."""
+        link = self._link
+        if link is None or link.lost:
+            return  # not connected: the agent forgot this client's prefetches when it left
+        for start in range(0, len(keys), MAX_KEYS):
+            link.notify({"op": "withdraw", "keys": list(keys[start : start + MAX_KEYS])})
 
     async def pin(self, key: str) -> None:
         """Pin ``key`` node-wide: eviction will not touch it until every pin is released.
@@ -354,7 +372,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             else:
                 listener = try_bind(self.address)
                 if listener is not None:
-                    self.agent_pid = await asyncio.to_thread(start_agent, listener, self._provider, self.config)
+                    self.agent_pid = await self._start_agent(listener)
                     self.started_agents += 1
                     continue
             await asyncio.sleep(pause)
@@ -363,6 +381,30 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             f"{self.member}: could not reach or start the node agent at {self.address} within "
             f"{self.config.connect_timeout}s (CoordConfig.connect_timeout){f'; last error: {last}' if last else ''}"
         )
+
+    async def _start_agent(self, listener: Any) -> int:
+        """Start the node's agent on ``listener`` (off the loop). Cancelled before the agent
+        took the listener over, the listener is closed (nobody else would); cancelled after,
+        the agent starts all the same and ends once nobody came (``connect_timeout``)."""
+        lock = threading.Lock()
+        state = {"ran": False, "abandoned": False}
+
+        def start() -> int:
+            with lock:
+                if state["abandoned"]:
+                    return 0
+                state["ran"] = True
+            return start_agent(listener, self._provider, self.config)
+
+        task = asyncio.ensure_future(asyncio.to_thread(start))
+        try:
+            return await asyncio.shield(task)
+        except asyncio.CancelledError:
+            with lock:
+                if not state["ran"]:
+                    state["abandoned"] = True
+                    listener.close()
+            raise
 
     async def _hello(self, sock: Any) -> Link:
         loop = asyncio.get_running_loop()

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["PlanAware", "ProviderFactory", "ShardProvider", "StageCallback"]
+__all__ = ["Hurried", "PlanAware", "ProviderFactory", "ShardProvider", "StageCallback"]
 
 StageCallback = Callable[[str], None]
 """Called by a provider as a shard moves through ``"queue"``, ``"download"``, ``"decompress"``..."""
@@ -43,6 +43,18 @@ class PlanAware(Protocol):
 
     def on_epoch(self, epoch: int) -> None:
         """The node began ``epoch``."""
+        ...
+
+
+@runtime_checkable
+class Hurried(Protocol):
+    """A provider that can serve some shards before others (a reader's first batch)."""
+
+    def hurry(self, key: str) -> None:
+        """A reader's first batch needs ``key``: fetch it before shards needed later.
+
+        Called before the agent starts (or joins) the fetch of ``key``, so the ensure that
+        follows already knows."""
         ...
 
 

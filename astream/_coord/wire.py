@@ -108,8 +108,8 @@ class FrameDecoder:
 
 # -- message schemas -----------------------------------------------------------------
 
-_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS, _INTS = (
-    "str", "int", "bool", "num", "parties", "int?", "strs", "keys", "ints"
+_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS, _INTS, _OPT_BOOL = (
+    "str", "int", "bool", "num", "parties", "int?", "strs", "keys", "ints", "bool?"
 )
 MAX_KEYS = 4096
 MAX_USES = 16384  # shard uses per "plan" message (a reader's plan goes in several)
@@ -117,9 +117,13 @@ MAX_USES = 16384  # shard uses per "plan" message (a reader's plan goes in sever
 # op -> (fields, answer expected)
 REQUESTS: dict[str, dict[str, str]] = {
     "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_INT, "pins": _STRS},
-    "ensure": {"key": _STR, "pin": _BOOL},
-    "ensure_many": {"keys": _KEYS, "pin": _BOOL},
-    "prefetch": {"keys": _KEYS},
+    # ``first``: a reader's first batch of an iteration reads these (absent: False); the
+    # node fetches such shards before any reader's later ones.
+    "ensure": {"key": _STR, "pin": _BOOL, "first": _OPT_BOOL},
+    "ensure_many": {"keys": _KEYS, "pin": _BOOL, "first": _OPT_BOOL},
+    "prefetch": {"keys": _KEYS, "first": _OPT_BOOL},
+    # This connection no longer wants what it prefetched of ``keys`` (see Agent._withdraw).
+    "withdraw": {"keys": _KEYS},
     "pin": {"key": _STR},
     "unpin": {"key": _STR},
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
@@ -136,7 +140,7 @@ REQUESTS: dict[str, dict[str, str]] = {
     "progress": {"reader": _STR, "position": _INT},
     "reader_done": {"reader": _STR},
 }
-ONE_WAY = frozenset({"pin", "unpin", "prefetch", "bye", "plan", "progress", "reader_done"})
+ONE_WAY = frozenset({"pin", "unpin", "prefetch", "withdraw", "bye", "plan", "progress", "reader_done"})
 
 
 def _check(value: object, kind: str) -> bool:
@@ -148,6 +152,8 @@ def _check(value: object, kind: str) -> bool:
         return value is None or _check(value, _INT)
     if kind == _BOOL:
         return isinstance(value, bool)
+    if kind == _OPT_BOOL:
+        return value is None or isinstance(value, bool)
     if kind == _NUM:
         return isinstance(value, (int, float)) and not isinstance(value, bool) and 0 <= value < 1e9
     if kind == _STRS:

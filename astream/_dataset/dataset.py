@@ -11,9 +11,13 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+import functools
+import weakref
+from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
+
+import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
@@ -28,12 +32,14 @@ from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
+from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
 from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
+from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
 from astream._sampling.order import worker_batches
 from astream._sampling.plan import EpochPlan
@@ -111,6 +117,53 @@ class StreamingDataset(RandomAccess):
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1)  # validate the whole config now
+        self._warm: WarmStart | None = None
+        self._warm_shape = (1, self.config.batch_size or 1, False)
+
+    def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
+        """Join the node and fetch the first batch of each of the rank's readers while the
+        program goes on (see :mod:`astream._dataset.warmup`); a :class:`Loader` calls it
+        when it is made, with its own shape (the first batches depend on it).
+
+        Not for a bounded cache, whose readers' plans decide what it holds and whose size
+        is checked when an epoch is set up, before any download; not for datasets with
+        nothing to download.
+        """
+        cfg = self.config
+        if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams):
+            return
+        self._warm_shape = (workers_per_rank, batch_size, drop_last)
+        warm = self.__dict__.get("_warm")
+        if warm is not None:  # another loader, of another shape
+            resume = self.run.resume
+            if resume is not None:
+                warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
+            return
+        # Nothing in it refers to the dataset, which its finalizer must not keep alive.
+        warm = self._warm = WarmStart(portal(), functools.partial(self.session.new_client, role="warm"))
+        warm.start(self._first_keys)
+        weakref.finalize(self, warm.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
+
+    def _first_keys(self, epoch: int, sample_in_epoch: int = 0) -> list[str]:
+        """The shards (keys) of the first batch of each of this rank's readers in ``epoch``
+        from ``sample_in_epoch``, those of streams with a remote, in the order they are read."""
+        workers, size, drop_last = self._warm_shape
+        plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers, batch_size=size)
+        world = self.config.world
+        firsts = []
+        for worker in range(workers):
+            order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+            end = int(order.bounds[1]) if order.num_batches else 0
+            firsts.append(order.ids[: min(end, order.num_samples)])
+        shards = self.sample_map.locate(np.concatenate(firsts))[0]
+        found, at = np.unique(shards, return_index=True)
+        streams = self.config.streams
+        out = []
+        for g in found[np.argsort(at)].tolist():
+            stream = self.sample_map.shard_stream[g]
+            if streams[stream].remote is not None:
+                out.append(shard_key(stream, self.sample_map.shard_local[g]))
+        return out
 
     def __getattr__(self, name: str) -> Any:
         # The validated parameters read as attributes (``ds.shuffle_seed``), as in MosaicML.
@@ -120,11 +173,13 @@ class StreamingDataset(RandomAccess):
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     def __getstate__(self) -> dict[str, Any]:
-        # Configuration, indexes and run state travel; the session and sample map are rebuilt.
-        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map")}
+        # Configuration, indexes and run state travel; the session and sample map are rebuilt,
+        # and a copy has no warm start (its iteration asks for its own shards).
+        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map", "_warm")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
+        self._warm = None
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         # A loader's worker process reads ahead from local-directory remotes only.
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=False)
@@ -172,7 +227,10 @@ class StreamingDataset(RandomAccess):
         return portal().call(self.astats())
 
     async def aclose(self) -> None:
-        """Leave the node (for this event loop); idempotent."""
+        """Leave the node (for this event loop, and the warm start's); idempotent."""
+        warm = self.__dict__.get("_warm")
+        if warm is not None:
+            await _on_portal(warm.astop())
         await self.session.aclose()
 
     def close(self) -> None:
@@ -183,6 +241,9 @@ class StreamingDataset(RandomAccess):
     async def begin_epoch(self, node: AsyncNodeClient, readers_per_rank: int = 1) -> tuple[int, int]:
         """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset). A
         loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
+        warm = self.__dict__.get("_warm")
+        if warm is not None:
+            warm.overtaken()  # the iteration asks for its shards itself now
         resume = self.run.fix_run_values()
         assert self.run.ncn is not None
         # A cache_limit too small for the node's readers fails here, before any download.
@@ -204,6 +265,10 @@ class StreamingDataset(RandomAccess):
         """Resume from a state (astream's or MosaicML's) at the next iteration; :class:`StateError`
         if it does not fit this dataset or world."""
         self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample, workers_per_rank=1))
+        warm, resume = self.__dict__.get("_warm"), self.run.resume
+        if warm is not None and resume is not None:
+            # (the plan, which the iteration needs anyway, is then cached for it)
+            warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
 
     @asynccontextmanager
     async def open_epoch_reader(
@@ -243,6 +308,15 @@ class StreamingDataset(RandomAccess):
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.config.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
+
+
+async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
+    """Run ``coro`` on the process's loop thread, from any loop (that one included)."""
+    thread = portal()
+    if asyncio.get_running_loop() is thread.loop:
+        await coro
+    else:
+        await asyncio.wrap_future(thread.submit(coro))
 
 
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:

@@ -226,6 +226,9 @@ class Loader:
             # The processes and their pipes go with the loader at the latest, never
             # with the collection of their objects.
             weakref.finalize(self, self._crew.close)
+        # The first batches of this loader's readers start downloading now, while the
+        # caller builds its model (a hint: see astream._dataset.warmup).
+        dataset.warm_up(max(1, num_workers), size, self.drop_last)
 
     # -- the async core ----------------------------------------------------------------------
 

@@ -129,6 +129,7 @@ class CacheProvider:
         self._held: set[str] = set()
         self._plan = NodePlan()  # (stream, shard) keys
         self._prefetching: dict[Key, asyncio.Task[None]] = {}
+        self._urgent: set[str] = set()  # keys a reader's first batch needs, until installed
         self._pass: asyncio.Handle | None = None
         self._released = time.monotonic()  # when a pin last went (for the stuck check)
         # Streams share HTTP sessions (one pool per distinct transfer settings) and one
@@ -191,18 +192,33 @@ class CacheProvider:
     def _stuck(self) -> bool:
         return time.monotonic() - self._released > STUCK_AFTER
 
+    def hurry(self, key: str) -> None:
+        """A reader's first batch needs ``key``: its transfer goes before later shards'."""
+        try:
+            engine, shard = self._engine(key)
+        except ConfigError:
+            return  # the ensure of that key reports it
+        self._urgent.add(key)  # for an ensure that has yet to reserve it
+        engine.hurry(shard)  # for a transfer already waiting
+
     async def ensure(self, key: str, stage: StageCallback) -> str:
         engine, shard = self._engine(key)
         stream = parse_key(key)[0]
         stage("download")
-        await engine.reserve(shard, next_use=self._next_use(stream), make_way=lambda: self._make_way(stream),
-                             stuck=self._stuck if engine.cache.limit is not None else None)
+        try:
+            await engine.reserve(shard, next_use=self._next_use(stream), make_way=lambda: self._make_way(stream),
+                                 stuck=self._stuck if engine.cache.limit is not None else None,
+                                 urgent=key in self._urgent)
+        except BaseException:
+            self._urgent.discard(key)
+            raise
         try:
             path = await engine.wait_ready(shard)  # pinned for us while we decide
         except BaseException:
             engine.unpin(shard)
             raise
         finally:
+            self._urgent.discard(key)
             self._schedule_pass()
         if self._pins.get(key, 0) > 0 and key not in self._held:
             self._held.add(key)  # keep the engine pin on behalf of the node's pins

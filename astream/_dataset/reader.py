@@ -133,6 +133,7 @@ class EpochReader(AsyncResource):
         self._groups: BatchGroups | None = None  # made at the first batch spanning shards
         self._given_predownload = predownload
         self._predownload = 1
+        self._read_size = 1
         empty = np.zeros(0, np.int64)
         self._lease_shard, self._lease_start, self._lease_end = empty, empty, empty
         self._ready: list[asyncio.Future[str]] = []
@@ -153,6 +154,7 @@ class EpochReader(AsyncResource):
         if self._prefetch is not None or self._ready:
             raise RuntimeError("an EpochReader is iterated once")
         self._predownload = lookahead(self._given_predownload, read_size)
+        self._read_size = read_size
         if self._bounded:
             self._window = read_size
         # Bounded: one lease per run, so no pin outlives the batch that reads it.
@@ -222,14 +224,17 @@ class EpochReader(AsyncResource):
                 continue
             await self._slots.acquire()
             self._issued += 1
-            task = loop.create_task(self._request(lease))
+            # A lease the next read needs (at the start of an iteration: its first batch)
+            # is asked for as such: the node serves those of all its readers first.
+            first = bool(starts[lease] < self._consumed + self._read_size)
+            task = loop.create_task(self._request(lease, first))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
 
-    async def _request(self, lease: int) -> None:
+    async def _request(self, lease: int, first: bool = False) -> None:
         future = self._ready[lease]
         try:
-            path = await self._node.ensure(self._key(lease), pin=True)
+            path = await self._node.ensure(self._key(lease), pin=True, first=first)
         except BaseException as exc:
             if not future.done():
                 if isinstance(exc, Exception):

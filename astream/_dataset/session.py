@@ -82,12 +82,7 @@ class NodeSession:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            cfg = self._config
-            world = cfg.unique_world.with_worker(worker, workers_per_rank)
-            client = AsyncNodeClient(
-                cfg.streams[0].local_dir, cfg.provider(self._indexes), run_id=cfg.run_id, world=world,
-                member=main_member(world.rank) if role == "main" else world.member, config=cfg.coord_config(),
-            )
+            client = self.new_client(worker, workers_per_rank, role=role)
             # Registered before it connects, so concurrent callers share one client.
             self._clients[loop] = client
             try:
@@ -98,6 +93,15 @@ class NodeSession:
                 await client.aclose()
                 raise
         return client
+
+    def new_client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
+        """A client of the node agent, not yet connected (``role``: ``"main"``, ``"worker"``,
+        or ``"warm"``, the warm start's own: no party of any barrier)."""
+        cfg = self._config
+        world = cfg.unique_world.with_worker(worker, workers_per_rank)
+        member = {"main": main_member(world.rank), "warm": f"rank{world.rank}.warm"}.get(role, world.member)
+        return AsyncNodeClient(cfg.streams[0].local_dir, cfg.provider(self._indexes), run_id=cfg.run_id,
+                               world=world, member=member, config=cfg.coord_config())
 
     async def aclose(self) -> None:
         """Leave the node for the running loop; idempotent."""

@@ -78,6 +78,8 @@ def test_other_version_is_a_clear_error() -> None:
     "message",
     [
         {"op": "ensure", "id": 1, "key": "a", "pin": False},
+        {"op": "ensure", "id": 1, "key": "a", "pin": True, "first": True},
+        {"op": "prefetch", "keys": ["a", "b"], "first": False},
         {"op": "unpin", "key": "a"},
         {"op": "barrier", "id": 2, "name": "b", "parties": ["x", "y"], "timeout": 1.5},
         {"op": "barrier", "id": 2, "name": "b", "parties": 3, "timeout": 1},
@@ -102,6 +104,7 @@ def test_valid_requests(message: dict[str, object]) -> None:
         {"op": "ensure", "id": 1, "key": "", "pin": False},
         {"op": "ensure", "id": 1, "key": "a\x00", "pin": False},
         {"op": "ensure", "id": 1, "key": "a", "pin": 1},
+        {"op": "ensure_many", "id": 1, "keys": ["a"], "pin": True, "first": 1},
         {"op": "barrier", "id": 2, "name": "b", "parties": ["x", "x"], "timeout": 1},
         {"op": "barrier", "id": 2, "name": "b", "parties": 0, "timeout": 1},
         {"op": "barrier", "id": 2, "name": "b", "parties": 2, "timeout": -1},
