@@ -334,6 +334,11 @@ class Loader:
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
+        if self._crew is not None:
+            # Kept workers may still be sending their last epoch's stage times (they were
+            # starting while the stand-ins served it): wait for them (bounded), so figures
+            # read after an epoch include all of it. Off the loop: their readers need it.
+            await asyncio.to_thread(self._crew.settle)
         return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy())
 
     def stats(self) -> Stats:
