@@ -22,7 +22,7 @@ import numpy.typing as npt
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, decode_rows
 
-__all__ = ["BatchSource", "gather_batch"]
+__all__ = ["BatchSource", "common_fixed_layout", "gather_batch", "take_rows"]
 
 Positions = npt.NDArray[np.intp]
 
@@ -42,16 +42,11 @@ def gather_batch(
     ``positions[k]`` are the places of part ``k`` in the batch (together, every place
     once); ``offsets`` must be valid record indexes. ``where`` names the data in errors.
     """
-    layout = _common_fixed_layout(sources)
+    layout = common_fixed_layout(sources)
     if layout is not None:
         # Each part is taken into consecutive rows (one take, no scatter per shard), then
         # the rows are put in batch order by one scatter: a numpy call per shard, not two.
-        grouped = np.empty((size, layout.fixed_size), np.uint8)
-        start = 0
-        for source, idx in zip(sources, offsets, strict=True):
-            assert isinstance(source, ShardReader)
-            source.copy_rows(idx, grouped[start : start + len(idx)])
-            start += len(idx)
+        grouped = take_rows(sources, offsets, layout)
         rows = np.empty_like(grouped)
         rows[np.concatenate(positions)] = grouped
         # Only error messages name the samples: in the parts' order is enough.
@@ -60,7 +55,23 @@ def gather_batch(
     return _scatter(parts, positions, size)
 
 
-def _common_fixed_layout(sources: Sequence[BatchSource]) -> RecordLayout | None:
+def take_rows(
+    sources: Sequence[BatchSource], offsets: Sequence[npt.NDArray[np.int64]], layout: RecordLayout,
+) -> npt.NDArray[np.uint8]:
+    """The records ``offsets[k]`` of every shard ``sources[k]``, part after part, as rows.
+
+    The shards share ``layout``, of fixed-size records (:func:`common_fixed_layout`).
+    """
+    grouped = np.empty((sum(len(idx) for idx in offsets), layout.fixed_size), np.uint8)
+    start = 0
+    for source, idx in zip(sources, offsets, strict=True):
+        assert isinstance(source, ShardReader)
+        source.copy_rows(idx, grouped[start : start + len(idx)])
+        start += len(idx)
+    return grouped
+
+
+def common_fixed_layout(sources: Sequence[BatchSource]) -> RecordLayout | None:
     """The layout all ``sources`` share if they are shards of fixed-size records, else None."""
     first = sources[0] if sources else None
     if not isinstance(first, ShardReader) or first.layout.num_var:
