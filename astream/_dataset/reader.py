@@ -413,11 +413,11 @@ class EpochReader(AsyncResource):
         return self._shards.get(shard, self._paths[shard])
 
     def _read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None) -> dict[str, Any]:
-        ahead = self._ahead
-        if ahead is not None:
-            if not peeked and ahead.covers(a, b):
-                return ahead.batch(a, b)
-            self._ahead = None  # passed: its memory goes now
+        done = self._ahead
+        if done is not None:
+            if not peeked and done.covers(a, b):
+                return done.batch(a, b)
+            self._ahead = None  # passed: its memory goes now, or to the next window
         shards = self._shard[a:b]
         offsets = self._offset[a:b]
         if shards[0] == shards[-1] and (shards == shards[0]).all():
@@ -425,7 +425,7 @@ class EpochReader(AsyncResource):
         bounds = self.order.bounds
         k = int(np.searchsorted(bounds, a, side="right")) - 1
         if 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b:
-            if not peeked and (ahead := self._decode_ahead(k)) is not None:
+            if not peeked and (ahead := self._decode_ahead(k, done)) is not None:
                 return ahead.batch(a, b)
             if self._groups is None:
                 self._groups = BatchGroups(self._shard, self._offset, bounds)
@@ -436,8 +436,9 @@ class EpochReader(AsyncResource):
         sources = [self._reader(g, peeked) for g in uniq]
         return gather_batch(sources, groups, parts, b - a, f"shards {uniq}")
 
-    def _decode_ahead(self, k: int) -> DecodedAhead | None:
-        """Batch ``k`` and the next ones decoded as one window, if that may be done now.
+    def _decode_ahead(self, k: int, done: DecodedAhead | None) -> DecodedAhead | None:
+        """Batch ``k`` and the next ones decoded as one window, if that may be done now
+        (``done``: the window before, whose memory it may reuse).
 
         Only positions held by ready leases (never with a bounded cache: its pins cover one
         batch), within ``AHEAD_BYTES``, and at least two batches; else None (batch by batch).
@@ -455,7 +456,7 @@ class EpochReader(AsyncResource):
         stop = int(bounds[last])
         try:
             ahead = decode_ahead(self._smap.layouts, lambda g: self._shards.get(g, self._paths[g]),
-                                 self._shard[a:stop], self._offset[a:stop], a)
+                                 self._shard[a:stop], self._offset[a:stop], a, done)
         except AstreamError:
             ahead = None  # read batch by batch: the error comes with the batch it belongs to
         if ahead is None:

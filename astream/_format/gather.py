@@ -57,12 +57,19 @@ def gather_batch(
 
 def take_rows(
     sources: Sequence[BatchSource], offsets: Sequence[npt.NDArray[np.int64]], layout: RecordLayout,
+    scratch: npt.NDArray[np.uint8] | None = None,
 ) -> npt.NDArray[np.uint8]:
     """The records ``offsets[k]`` of every shard ``sources[k]``, part after part, as rows.
 
-    The shards share ``layout``, of fixed-size records (:func:`common_fixed_layout`).
+    The shards share ``layout``, of fixed-size records (:func:`common_fixed_layout`). The
+    rows are written into the start of ``scratch`` (flat uint8) if it is large enough.
     """
-    grouped = np.empty((sum(len(idx) for idx in offsets), layout.fixed_size), np.uint8)
+    shape = (sum(len(idx) for idx in offsets), layout.fixed_size)
+    size = shape[0] * shape[1]
+    if scratch is not None and scratch.size >= size:
+        grouped = scratch[:size].reshape(shape)
+    else:
+        grouped = np.empty(shape, np.uint8)
     start = 0
     for source, idx in zip(sources, offsets, strict=True):
         assert isinstance(source, ShardReader)
