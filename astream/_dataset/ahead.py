@@ -7,7 +7,10 @@ decode call per column, the scatter back into batch order) for a handful of reco
 unshuffled one. Here the reader decodes the positions of many batches at once, as one
 batch (:func:`~astream._format.gather.gather_batch`, each shard's records in file
 order), and hands out each batch as slices of the result: a shard's fixed cost is
-paid once per window of batches, not once per batch.
+paid once per window of batches, not once per batch. The same holds for batches of one
+shard whose records have variable-size columns (a decode call per column and batch), so
+those are decoded ahead unshuffled too; a batch of fixed-size records from one shard is
+one take already and is read as it is.
 
 What may be decoded ahead is the reader's call (:class:`~astream._dataset.reader.EpochReader`):
 only positions whose shards are held by leases that are ready now, never with a bounded
@@ -133,4 +136,6 @@ def decode_ahead(
             scratch = np.empty(max(n * layout.fixed_size, AHEAD_BYTES), np.uint8)
         rows = take_rows(sources, parts, layout, scratch)
         return DecodedAhead(start, start + n, rows=(layout, rows, at, offsets, where), scratch=scratch)
+    if len(sources) == 1:  # (an unshuffled window: its records in order, nothing to put back)
+        return DecodedAhead(start, start + n, columns=sources[0].get_batch(offsets))
     return DecodedAhead(start, start + n, columns=gather_batch(sources, positions, parts, n, where))

@@ -50,6 +50,7 @@ from astream._dataset.shards import OpenShards, ResidentPages, leases_of
 from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
+from astream._format.record import RecordLayout
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -420,11 +421,20 @@ class EpochReader(AsyncResource):
             self._ahead = None  # passed: its memory goes now, or to the next window
         shards = self._shard[a:b]
         offsets = self._offset[a:b]
-        if shards[0] == shards[-1] and (shards == shards[0]).all():
-            return self._reader(int(shards[0]), peeked).get_batch(offsets)
         bounds = self.order.bounds
         k = int(np.searchsorted(bounds, a, side="right")) - 1
-        if 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b:
+        whole = 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b  # one of the plan's batches
+        if shards[0] == shards[-1] and (shards == shards[0]).all():
+            shard = int(shards[0])
+            # Variable-size columns cost a decode call per column and batch: a window pays it
+            # once for many batches, also from one shard. Fixed-size rows of one shard are
+            # one take already.
+            layout = self._smap.layouts[shard]
+            if (whole and not peeked and isinstance(layout, RecordLayout) and layout.num_var
+                    and (ahead := self._decode_ahead(k, done)) is not None):
+                return ahead.batch(a, b)
+            return self._reader(shard, peeked).get_batch(offsets)
+        if whole:
             if not peeked and (ahead := self._decode_ahead(k, done)) is not None:
                 return ahead.batch(a, b)
             if self._groups is None:

@@ -196,13 +196,15 @@ def test_batches_decoded_ahead_equal_the_batches_read_one_by_one(
     note(f"windows decoded ahead: {spy.windows}")  # (that some are is test_windows_are_used's)
 
 
-@pytest.mark.parametrize("layout", ["var", "fixed", "one"])
-def test_windows_are_used(layouts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str) -> None:
-    """A shuffled epoch over shards of 4-25 records is read through windows (so the
-    equality above compares the two paths), and it equals the per-batch gather."""
+@pytest.mark.parametrize(("layout", "shuffle"), [("var", True), ("fixed", True), ("one", True), ("var", False)])
+def test_windows_are_used(layouts: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, layout: str,
+                          shuffle: bool) -> None:
+    """A shuffled epoch over shards of 4-25 records is read through windows, and so is an
+    unshuffled one of variable-size records (so the equality above compares the two
+    paths); each batch equals the per-batch gather."""
     spy = Spy(monkeypatch)
     # (Look-ahead over all the shards: a window never reaches past the leases requested.)
-    ds = StreamingDataset(local=str(layouts / layout), batch_size=8, shuffle=True, allow_unsafe_types=True,
+    ds = StreamingDataset(local=str(layouts / layout), batch_size=8, shuffle=shuffle, allow_unsafe_types=True,
                           predownload=SAMPLES)
     local = LocalDataset(str(layouts / layout), allow_unsafe_types=True)
     with Loader(ds, batch_size=8) as loader:
