@@ -165,7 +165,12 @@ def run_litdata(root: Path, name: str, shuffle: bool, workers: int) -> dict[str,
     return {**out, "import_s": imported}
 
 
-RUNNERS = {"astream": run_astream, "mosaicml": run_mosaic, "litdata": run_litdata}
+def run_base(root: Path, name: str, shuffle: bool, workers: int) -> dict[str, float]:
+    """astream as an older checkout (``--base``) has it: the child put it first on the path."""
+    return run_astream(root, name, shuffle, workers)
+
+
+RUNNERS = {"astream": run_astream, "base": run_base, "mosaicml": run_mosaic, "litdata": run_litdata}
 
 
 # -- the worker start cost ------------------------------------------------------------------------
@@ -244,6 +249,10 @@ def main() -> None:
     p.add_argument("--litdata-python", default=os.environ.get("ASTREAM_LITDATA_PYTHON"))
     p.add_argument("--libs", nargs="*", default=list(RUNNERS))
     p.add_argument("--only", nargs="*", default=None, help="datasets (small, large)")
+    p.add_argument("--base", default=None,
+                   help="an extracted older astream package (git archive <commit> astream | tar -x -C DIR): "
+                        "a column 'base' beside this checkout's")
+    p.add_argument("--workers-list", type=int, nargs="*", default=[0, 2], help="worker counts to run")
     p.add_argument("--start-cost", action="store_true", help="measure a worker's start instead")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--lit-build", action="store_true", help=argparse.SUPPRESS)
@@ -259,10 +268,15 @@ def main() -> None:
         print(json.dumps(start_cost(root)))
         return
     if args.child:
+        if args.child == "base":
+            # The older package ahead of this checkout's (and of an editable install's finder).
+            sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in str(f)]
+            sys.path.insert(0, args.base)
         print(json.dumps(RUNNERS[args.child](root, args.dataset, args.shuffle, args.workers)))
         return
     build(root)
-    pythons = {"astream": sys.executable, "mosaicml": args.peer_python, "litdata": args.litdata_python}
+    pythons = {"astream": sys.executable, "base": sys.executable if args.base else None,
+               "mosaicml": args.peer_python, "litdata": args.litdata_python}
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # fresh processes import compiled bytecode, as installed
     env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
@@ -279,7 +293,7 @@ def main() -> None:
         subprocess.run([pythons["litdata"], __file__, "--lit-build", "--data", str(root)], check=True, timeout=1800)
     _warm(root)
     configs = [(shuffle, name, workers) for shuffle in (False, True) for name in (args.only or ("small", "large"))
-               for workers in (0, 2)]
+               for workers in args.workers_list]
     results: dict[tuple[Any, ...], list[dict[str, float]]] = {}
     loads: list[float] = []
     for _ in range(args.runs):
@@ -287,6 +301,7 @@ def main() -> None:
             for lib in libs:
                 cmd = [pythons[lib], __file__, "--child", lib, "--data", str(root), "--dataset", name,
                        "--workers", str(workers)] + (["--shuffle"] if shuffle else [])
+                cmd += ["--base", args.base] if lib == "base" else []
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
                 if out.returncode:
                     print(f"{lib} {name} shuffle={shuffle} workers={workers} failed:\n{out.stderr[-2000:]}",
@@ -303,7 +318,7 @@ def main() -> None:
         for lib in libs:
             runs = results.get((shuffle, name, workers, lib), [])
             meds[lib] = statistics.median(r["rate"] for r in runs) if runs else float("nan")
-        peers = [v for lib, v in meds.items() if lib != "astream" and v == v]
+        peers = [v for lib, v in meds.items() if lib not in ("astream", "base") and v == v]
         ratio = f"{meds['astream'] / max(peers):.2f}x" if peers and "astream" in meds else "-"
         label = "50k x ~1 KB" if name == "small" else "1k x 100 KB"
         cells = " | ".join(f"{meds[lib]:,.0f}" for lib in libs)

@@ -14,9 +14,10 @@ one take already and is read as it is.
 
 What may be decoded ahead is the reader's call (:class:`~astream._dataset.reader.EpochReader`):
 only positions whose shards are held by leases that are ready now, never with a bounded
-cache (a bounded reader pins only its current batch), and only while the window's
-records fit :data:`AHEAD_BYTES` (so records of 100 KB, 40 to the window, are never
-decoded ahead: for them a shard's fixed cost is already small against the copy).
+cache (a bounded reader pins only its current batch), only for records of
+:data:`SMALL_RECORD` bytes or less on average (for larger ones a shard's fixed cost is
+already small against the copy), and only while the window's records fit
+:data:`AHEAD_BYTES`.
 
 Exactness: a window is read only from MDS shards that store the same columns, so
 whether a column comes back as an array (a batchable fixed-size encoding) or as a list
@@ -40,12 +41,15 @@ from astream._format.kinds import SampleSource, ShardLayout
 from astream._format.record import RecordLayout
 from astream._format.shard import decode_rows
 
-__all__ = ["AHEAD_BYTES", "FIRST_BATCHES", "DecodedAhead", "decode_ahead", "same_mds_columns"]
+__all__ = ["AHEAD_BYTES", "FIRST_BATCHES", "SMALL_RECORD", "DecodedAhead", "decode_ahead", "same_mds_columns"]
 
 Int64Array = npt.NDArray[np.int64]
 
 # Records (by their shards' mean size) decoded ahead at most: 4,096 records of 1 KB.
 AHEAD_BYTES = 4 << 20
+# Records larger than this on average are not decoded ahead: beside 32 of them a shard's
+# fixed cost is small, and their decoded values (images) may be many times their size.
+SMALL_RECORD = 4096
 # Batches in a reader's first window; each later one doubles, up to the byte budget, so
 # the first shuffled batch does not wait for a hundred more to be decoded.
 FIRST_BATCHES = 4

@@ -38,7 +38,7 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.ahead import AHEAD_BYTES, FIRST_BATCHES, DecodedAhead, decode_ahead
+from astream._dataset.ahead import AHEAD_BYTES, FIRST_BATCHES, SMALL_RECORD, DecodedAhead, decode_ahead
 from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
 from astream._dataset.collate import collate_samples
 from astream._dataset.grouping import WINDOW, BatchGroups
@@ -451,7 +451,8 @@ class EpochReader(AsyncResource):
         (``done``: the window before, whose memory it may reuse).
 
         Only positions held by ready leases (never with a bounded cache: its pins cover one
-        batch), within ``AHEAD_BYTES``, and at least two batches; else None (batch by batch).
+        batch), records of ``SMALL_RECORD`` bytes or less on average, within ``AHEAD_BYTES``,
+        and at least two batches; else None (batch by batch).
         """
         bounds = self.order.bounds
         a = int(bounds[k])
@@ -459,6 +460,9 @@ class EpochReader(AsyncResource):
             return None
         stop = self._readable_until(int(bounds[min(k + self._ahead_batches, len(bounds) - 1)]))
         cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])
+        if not len(cost) or cost[-1] > SMALL_RECORD * len(cost):
+            self._ahead_off_until = stop  # large records: a shard's fixed cost is small beside them
+            return None
         stop = a + int(np.searchsorted(cost, AHEAD_BYTES, side="right"))
         last = int(np.searchsorted(bounds, stop, side="right")) - 1  # the last batch that fits ends there
         if last - k < 2:

@@ -278,6 +278,26 @@ def test_a_bounded_cache_decodes_nothing_ahead(layouts: Path, tmp_path: Path, mo
     local.close()
 
 
+def test_large_records_are_read_batch_by_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Records of 8 KB: beside them a shard's fixed cost is small, and their decoded values
+    would hold the window's memory; nothing is decoded ahead."""
+    root = tmp_path / "ds"
+    with MDSWriter(out=str(root), columns={"id": "int", "b": "bytes"}, size_limit=40_000) as w:
+        for i in range(60):
+            w.write({"id": i, "b": bytes([i]) * 8000})
+    spy = Spy(monkeypatch)
+    ds = StreamingDataset(local=str(root), batch_size=4, shuffle=True, predownload=60)
+    local = LocalDataset(str(root))
+    with Loader(ds, batch_size=4) as loader:
+        got = list(loader)
+        ids = loader.batch_ids(0)
+    ds.close()
+    assert spy.calls == 0
+    for k, (batch, batch_ids) in enumerate(zip(got, ids, strict=True)):
+        assert_same_batch(batch, local.get_batch(batch_ids), f"batch {k}")
+    local.close()
+
+
 def test_a_corrupt_record_fails_with_its_own_batch(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A record that does not decode, in a window's later batch: the batches before it
     are still yielded, and the error names it when its batch comes, as batch by batch."""
