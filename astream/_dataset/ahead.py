@@ -19,6 +19,10 @@ cache (a bounded reader pins only its current batch), only for records of
 already small against the copy), and only while the window's records fit
 :data:`AHEAD_BYTES`.
 
+Only columns that decode cheaply are decoded ahead (numbers, arrays, ``bytes``, ``str``
+and the ``str_*`` numbers; not images, JSON or pickles, whose decoding dwarfs a shard's
+fixed cost and would hold the event loop's thread for a whole window).
+
 Exactness: a window is read only from MDS shards that store the same columns, so
 whether a column comes back as an array (a batchable fixed-size encoding) or as a list
 (every other) is the layout's, the same for any subset of the window's records; a
@@ -36,6 +40,14 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._format.encodings.ndarray import NDArrayEncoding
+from astream._format.encodings.scalars import (
+    BytesEncoding,
+    StrDecimalEncoding,
+    StrEncoding,
+    StrFloatEncoding,
+    StrIntEncoding,
+)
 from astream._format.gather import common_fixed_layout, gather_batch, take_rows
 from astream._format.kinds import SampleSource, ShardLayout
 from astream._format.record import RecordLayout
@@ -88,10 +100,21 @@ class DecodedAhead:
                 for name, column in self._columns.items()}
 
 
+# Encodings whose values decode in about a microsecond (a copy, a parse of a short text,
+# a view), besides the fixed-size numeric ones (decoded as one block). Images, lists of
+# them, JSON and pickles take tens of microseconds or more a value: for them a shard's
+# fixed cost is small, and a window would hold the loop's thread for as long as a few
+# thousand of them take.
+_CHEAP = (BytesEncoding, StrEncoding, StrIntEncoding, StrFloatEncoding, StrDecimalEncoding, NDArrayEncoding)
+
+
 def same_mds_columns(layouts: list[ShardLayout]) -> bool:
-    """True if every layout is an MDS record layout storing the same columns."""
+    """True if every layout is an MDS record layout storing the same columns, each of an
+    encoding that decodes cheaply (see ``_CHEAP``)."""
     first = layouts[0] if layouts else None
     if not isinstance(first, RecordLayout):
+        return False
+    if not all(enc.batchable or isinstance(enc, _CHEAP) for enc in first.encodings):
         return False
     return all(layout is first or first.same_columns(layout) for layout in layouts[1:])
 

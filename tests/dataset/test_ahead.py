@@ -1,7 +1,8 @@
 """Batches decoded ahead (``astream._dataset.ahead``) equal the batches read one by one.
 
-Every MDS column type, in a layout of variable-size records and in layouts of fixed-size
-records (several columns, and one column whose rows are the column itself); shuffled and
+Every MDS column type (those decoded ahead in one layout of variable-size records, those
+never decoded ahead in another), and layouts of fixed-size records (several columns, and
+one column whose rows are the column itself); shuffled and
 not, ``drop_last``, several simulated ranks and worker threads: each batch must equal
 the one the per-batch path gives (the same run with decoding ahead turned off), value
 for value, with the same dtypes, shapes and element types. Worker processes, which the
@@ -31,11 +32,15 @@ from astream._dataset.loader import Loader
 from astream.errors import EncodingError
 
 NUMERIC = ["uint8", "uint16", "uint32", "uint64", "int8", "int16", "int32", "int64", "float16", "float32", "float64"]
+# Every encoding that is decoded ahead, in records with variable-size columns...
 VARIABLE = {
     "id": "int64", "b": "bytes", "s": "str", "n": "int", "si": "str_int", "sf": "str_float", "sd": "str_decimal",
-    "js": "json", "pk": "pkl", "pil": "pil", "png": "png", "jpg": "jpeg", "lpil": "list[pil]", "lpng": "list[png]",
-    "ljpg": "list[jpeg]", "ja": "jpeg_array", "nd": "ndarray", "ndf": "ndarray:float32", "ndx": "ndarray:int16:2,3",
-    **{f"c_{name}": name for name in NUMERIC},
+    "nd": "ndarray", "ndf": "ndarray:float32", "ndx": "ndarray:int16:2,3", **{f"c_{name}": name for name in NUMERIC},
+}
+# ... and every one that is not (its decoding dwarfs a shard's fixed cost).
+RICH = {
+    "id": "int64", "s": "str", "js": "json", "pk": "pkl", "pil": "pil", "png": "png", "jpg": "jpeg",
+    "lpil": "list[pil]", "lpng": "list[png]", "ljpg": "list[jpeg]", "ja": "jpeg_array",
 }
 FIXED = {"id": "int64", "n": "int", "x": "ndarray:int32:3", "h": "float16", "u": "uint8"}
 OTHER = {**FIXED, "x": "ndarray:int16:3"}  # the same names, another encoding
@@ -90,8 +95,8 @@ def _value(spec: str, i: int, rng: np.random.Generator) -> Any:
 def layouts(tmp_path_factory: pytest.TempPathFactory) -> Path:
     root = tmp_path_factory.mktemp("ahead")
     rng = np.random.default_rng(5)
-    for name, columns, limit in (("var", VARIABLE, 40_000), ("fixed", FIXED, 700), ("other", OTHER, 700),
-                                  ("one", ONE, 300)):
+    for name, columns, limit in (("var", VARIABLE, 5_000), ("rich", RICH, 40_000), ("fixed", FIXED, 700),
+                                  ("other", OTHER, 700), ("one", ONE, 300)):
         with MDSWriter(out=str(root / name), columns=columns, size_limit=limit) as w:
             for i in range(SAMPLES):  # many small shards: a shuffled batch spans several
                 sample = {k: _value(spec, i, rng) for k, spec in columns.items() if k != "id"}
@@ -169,7 +174,7 @@ def _iterate(layouts: Path, tmp: Path, layout: str, ranks: int, workers: int, ba
 
 @settings(max_examples=10, suppress_health_check=[HealthCheck.function_scoped_fixture], deadline=None)
 @given(
-    layout=st.sampled_from(["var", "fixed", "one"]),
+    layout=st.sampled_from(["var", "fixed", "one", "rich"]),
     ranks=st.integers(1, 3),
     workers=st.integers(0, 2),
     batch=st.integers(2, 9),
@@ -218,6 +223,25 @@ def test_windows_are_used(layouts: Path, tmp_path: Path, monkeypatch: pytest.Mon
     local.close()
 
 
+def test_costly_encodings_are_read_batch_by_batch(layouts: Path, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    """Images, JSON, pickles: their decoding dwarfs a shard's fixed cost, and a window of
+    them would hold the loop's thread; nothing is decoded ahead."""
+    spy = Spy(monkeypatch)
+    ds = StreamingDataset(local=str(layouts / "rich"), batch_size=8, shuffle=True, allow_unsafe_types=True,
+                          predownload=SAMPLES)
+    local = LocalDataset(str(layouts / "rich"), allow_unsafe_types=True)
+    with Loader(ds, batch_size=8) as loader:
+        got = list(loader)
+        ids = loader.batch_ids(0)
+    ds.close()
+    assert spy.calls > 0
+    assert spy.windows == 0
+    for k, (batch, batch_ids) in enumerate(zip(got, ids, strict=True)):
+        assert_same_batch(batch, local.get_batch(batch_ids), f"batch {k}")
+    local.close()
+
+
 def test_streams_of_other_encodings_are_read_batch_by_batch(layouts: Path, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     """Two streams whose encodings differ: a window would mix layouts, so none is decoded."""
@@ -243,9 +267,10 @@ def test_streams_of_other_encodings_are_read_batch_by_batch(layouts: Path, tmp_p
         assert_same_batch(g, w, f"batch {k}")
 
 
-def test_worker_processes_give_the_per_batch_gather(layouts: Path, tmp_path: Path) -> None:
-    ds = StreamingDataset(local=str(layouts / "var"), batch_size=8, shuffle=True, allow_unsafe_types=True)
-    local = LocalDataset(str(layouts / "var"), allow_unsafe_types=True)
+@pytest.mark.parametrize("layout", ["var", "fixed"])
+def test_worker_processes_give_the_per_batch_gather(layouts: Path, tmp_path: Path, layout: str) -> None:
+    ds = StreamingDataset(local=str(layouts / layout), batch_size=8, shuffle=True, predownload=SAMPLES)
+    local = LocalDataset(str(layouts / layout))
     with Loader(ds, batch_size=8, num_workers=2, drop_last=False) as loader:
         got = list(loader)
         ids = loader.batch_ids(0)
