@@ -267,8 +267,8 @@ def test_streams_of_other_encodings_are_read_batch_by_batch(layouts: Path, tmp_p
         assert_same_batch(g, w, f"batch {k}")
 
 
-@pytest.mark.parametrize("layout", ["var", "fixed"])
-def test_worker_processes_give_the_per_batch_gather(layouts: Path, tmp_path: Path, layout: str) -> None:
+def test_worker_processes_give_the_per_batch_gather(layouts: Path, tmp_path: Path) -> None:
+    layout = "var"  # (fixed-size rows take the same path in a process as in a thread, tested above)
     ds = StreamingDataset(local=str(layouts / layout), batch_size=8, shuffle=True, predownload=SAMPLES)
     local = LocalDataset(str(layouts / layout))
     with Loader(ds, batch_size=8, num_workers=2, drop_last=False) as loader:
