@@ -20,7 +20,9 @@ What it does:
    MB/s, median of 200, in the driver.
 
 Prints medians and the 1-minute load average around each configuration (the machine is
-shared).
+shared), the later epochs also in samples per CPU-second of the process (fairer than the
+wall clock on a loaded machine), and shuffled / unshuffled for each code. ``--no-workers``
+runs only ``workers=0`` (the shuffled small-sample comparison).
 
 Usage::
 
