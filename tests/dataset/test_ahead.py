@@ -192,8 +192,9 @@ def test_batches_decoded_ahead_equal_the_batches_read_one_by_one(
     with monkeypatch.context() as off:
         off.setattr(reader_module, "AHEAD_BYTES", 0)  # no window fits: the per-batch path
         want = _iterate(layouts, tmp_path, layout, **config)
-    spy = Spy(monkeypatch)
-    got = _iterate(layouts, tmp_path, layout, **config)
+    with monkeypatch.context() as on:  # (one spy per example, not one around the last)
+        spy = Spy(on)
+        got = _iterate(layouts, tmp_path, layout, **config)
     assert [len(b) for b in got] == [len(b) for b in want]
     for rank, (g_batches, w_batches) in enumerate(zip(got, want, strict=True)):
         for k, (g, w) in enumerate(zip(g_batches, w_batches, strict=True)):
