@@ -46,6 +46,9 @@ BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir(
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
 BATCH = 32
 SIZES = {"small": 50_000, "large": 1_000}
+# ``--epoch-scale K``: astream's epoch is K times its dataset (``epoch_size``), so that it
+# lasts long enough (>= 5 s) for workers' start not to decide the comparison.
+EPOCH_SCALE = 1
 
 
 def _sample(name: str, i: int) -> dict[str, Any]:
@@ -125,7 +128,8 @@ def run_astream(root: Path, name: str, shuffle: bool, workers: int) -> dict[str,
 
     imported = time.perf_counter() - t0
     start = time.perf_counter()
-    ds = StreamingDataset(local=str(root / name), batch_size=BATCH, shuffle=shuffle)
+    epoch_size = SIZES[name] * EPOCH_SCALE if EPOCH_SCALE > 1 else None
+    ds = StreamingDataset(local=str(root / name), batch_size=BATCH, shuffle=shuffle, epoch_size=epoch_size)
     with Loader(ds, num_workers=workers) as loader:
         out = _epoch(loader, start)
     ds.close()
@@ -165,7 +169,12 @@ def run_litdata(root: Path, name: str, shuffle: bool, workers: int) -> dict[str,
     return {**out, "import_s": imported}
 
 
-RUNNERS = {"astream": run_astream, "mosaicml": run_mosaic, "litdata": run_litdata}
+def run_base(root: Path, name: str, shuffle: bool, workers: int) -> dict[str, float]:
+    """astream as an older checkout (``--base``) has it: the child put it first on the path."""
+    return run_astream(root, name, shuffle, workers)
+
+
+RUNNERS = {"astream": run_astream, "base": run_base, "mosaicml": run_mosaic, "litdata": run_litdata}
 
 
 # -- the worker start cost ------------------------------------------------------------------------
@@ -244,6 +253,12 @@ def main() -> None:
     p.add_argument("--litdata-python", default=os.environ.get("ASTREAM_LITDATA_PYTHON"))
     p.add_argument("--libs", nargs="*", default=list(RUNNERS))
     p.add_argument("--only", nargs="*", default=None, help="datasets (small, large)")
+    p.add_argument("--base", default=None,
+                   help="an extracted older astream package (git archive <commit> astream | tar -x -C DIR): "
+                        "a column 'base' beside this checkout's")
+    p.add_argument("--workers-list", type=int, nargs="*", default=[0, 2], help="worker counts to run")
+    p.add_argument("--epoch-scale", type=int, default=1,
+                   help="astream only: an epoch of this many times the dataset (epoch_size), for epochs of >= 5 s")
     p.add_argument("--start-cost", action="store_true", help="measure a worker's start instead")
     p.add_argument("--child", default=None, help=argparse.SUPPRESS)
     p.add_argument("--lit-build", action="store_true", help=argparse.SUPPRESS)
@@ -251,6 +266,8 @@ def main() -> None:
     p.add_argument("--shuffle", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
     args = p.parse_args()
+    global EPOCH_SCALE
+    EPOCH_SCALE = args.epoch_scale
     root = Path(args.data)
     if args.lit_build:
         lit_build(root)
@@ -259,10 +276,15 @@ def main() -> None:
         print(json.dumps(start_cost(root)))
         return
     if args.child:
+        if args.child == "base":
+            # The older package ahead of this checkout's (and of an editable install's finder).
+            sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in str(f)]
+            sys.path.insert(0, args.base)
         print(json.dumps(RUNNERS[args.child](root, args.dataset, args.shuffle, args.workers)))
         return
     build(root)
-    pythons = {"astream": sys.executable, "mosaicml": args.peer_python, "litdata": args.litdata_python}
+    pythons = {"astream": sys.executable, "base": sys.executable if args.base else None,
+               "mosaicml": args.peer_python, "litdata": args.litdata_python}
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # fresh processes import compiled bytecode, as installed
     env["PYTHONPYCACHEPREFIX"] = str(root / "pycache")
@@ -275,11 +297,13 @@ def main() -> None:
             print(f"- {key}: {statistics.median(r[key] for r in rows) * 1e3:.1f} ms")
         return
     libs = [lib for lib in args.libs if pythons.get(lib)]
+    if EPOCH_SCALE > 1 and set(libs) - {"astream", "base"}:
+        p.error("--epoch-scale applies to astream only: add --libs astream (and base)")
     if "litdata" in libs:
         subprocess.run([pythons["litdata"], __file__, "--lit-build", "--data", str(root)], check=True, timeout=1800)
     _warm(root)
     configs = [(shuffle, name, workers) for shuffle in (False, True) for name in (args.only or ("small", "large"))
-               for workers in (0, 2)]
+               for workers in args.workers_list]
     results: dict[tuple[Any, ...], list[dict[str, float]]] = {}
     loads: list[float] = []
     for _ in range(args.runs):
@@ -287,6 +311,8 @@ def main() -> None:
             for lib in libs:
                 cmd = [pythons[lib], __file__, "--child", lib, "--data", str(root), "--dataset", name,
                        "--workers", str(workers)] + (["--shuffle"] if shuffle else [])
+                cmd += ["--base", args.base] if lib == "base" else []
+                cmd += ["--epoch-scale", str(EPOCH_SCALE)]
                 out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
                 if out.returncode:
                     print(f"{lib} {name} shuffle={shuffle} workers={workers} failed:\n{out.stderr[-2000:]}",
@@ -303,11 +329,22 @@ def main() -> None:
         for lib in libs:
             runs = results.get((shuffle, name, workers, lib), [])
             meds[lib] = statistics.median(r["rate"] for r in runs) if runs else float("nan")
-        peers = [v for lib, v in meds.items() if lib != "astream" and v == v]
+        peers = [v for lib, v in meds.items() if lib not in ("astream", "base") and v == v]
         ratio = f"{meds['astream'] / max(peers):.2f}x" if peers and "astream" in meds else "-"
         label = "50k x ~1 KB" if name == "small" else "1k x 100 KB"
         cells = " | ".join(f"{meds[lib]:,.0f}" for lib in libs)
         print(f"| {'yes' if shuffle else 'no'} | {label} | {workers} | {cells} | {ratio} |")
+    if EPOCH_SCALE > 1:
+        print(f"\nepochs of {EPOCH_SCALE} x the dataset; wall s (median) and workers against none:")
+        for shuffle, name, workers in configs:
+            for lib in libs:
+                runs = results.get((shuffle, name, workers, lib), [])
+                zero = results.get((shuffle, name, 0, lib), [])
+                if runs and zero and workers:
+                    ratio = statistics.median(r["rate"] for r in runs) / statistics.median(r["rate"] for r in zero)
+                    print(f"- {lib} {name} shuffle={shuffle}: {workers} workers "
+                          f"{statistics.median(r['wall_s'] for r in runs):.1f} s, 0 workers "
+                          f"{statistics.median(r['wall_s'] for r in zero):.1f} s: {ratio:.2f}x")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,9 @@ What it does:
    MB/s, median of 200, in the driver.
 
 Prints medians and the 1-minute load average around each configuration (the machine is
-shared).
+shared), the later epochs also in samples per CPU-second of the process (fairer than the
+wall clock on a loaded machine), and shuffled / unshuffled for each code. ``--no-workers``
+runs only ``workers=0`` (the shuffled small-sample comparison).
 
 Usage::
 
@@ -79,16 +81,17 @@ def child(args: argparse.Namespace) -> None:
     ds = StreamingDataset(local=str(Path(args.data) / args.dataset), batch_size=BATCH, shuffle=args.shuffle)
     extra = {} if args.persistent is None else {"persistent_workers": args.persistent}
     loader = Loader(ds, num_workers=args.workers, **extra)
-    rates = []
-    start = t0
+    rates, cpu_rates = [], []
+    start, cpu = t0, time.process_time()
     for _ in range(args.epochs):
         n = sum(len(next(iter(b.values()))) for b in loader)
-        end = time.perf_counter()
+        end, cpu_end = time.perf_counter(), time.process_time()
         rates.append(n / (end - start))
-        start = end
+        cpu_rates.append(n / max(cpu_end - cpu, 1e-9))  # this process's CPU (workers' not counted)
+        start, cpu = end, cpu_end
     loader.close()
     ds.close()
-    print(json.dumps({"rates": rates}))
+    print(json.dumps({"rates": rates, "cpu_rates": cpu_rates}))
 
 
 def copy_floor() -> float:
@@ -111,6 +114,7 @@ def main() -> None:
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--base", default=None, help="an extracted older astream package to compare with")
     p.add_argument("--only", nargs="*", default=None, help="datasets to run")
+    p.add_argument("--no-workers", action="store_true", help="only num_workers=0 (shuffled against unshuffled)")
     p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     p.add_argument("--dataset", default="large", help=argparse.SUPPRESS)
     p.add_argument("--workers", type=int, default=0, help=argparse.SUPPRESS)
@@ -125,12 +129,12 @@ def main() -> None:
     configs = []
     for dataset in args.only or ("large", "small", "smallvar"):
         for shuffle in (False, True):
-            for workers, persistent in ((0, None), (2, None), (2, False)):
+            for workers, persistent in ((0, None),) if args.no_workers else ((0, None), (2, None), (2, False)):
                 for code, base in codes:
                     if code == "base" and persistent is not None:
                         continue  # the older code has no such parameter (it restarts workers)
                     configs.append((dataset, shuffle, workers, persistent, code, base))
-    results: dict[tuple[Any, ...], list[list[float]]] = {c[:5]: [] for c in configs}
+    results: dict[tuple[Any, ...], list[dict[str, list[float]]]] = {c[:5]: [] for c in configs}
     loads: dict[tuple[Any, ...], list[float]] = {c[:5]: [] for c in configs}
     for _ in range(args.runs):
         for dataset, shuffle, workers, persistent, code, base in configs:
@@ -141,19 +145,28 @@ def main() -> None:
             cmd += ["--base", base] if base else []
             out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600).stdout
             key = (dataset, shuffle, workers, persistent, code)
-            results[key].append(json.loads(out.strip().splitlines()[-1])["rates"])
+            results[key].append(json.loads(out.strip().splitlines()[-1]))
             loads[key].append(os.getloadavg()[0])
     print(f"copy floor (np.copyto of {BATCH} x 100 KB): {copy_floor():,.0f} MB/s")
-    print("| dataset | shuffle | workers | code | epoch 1 samples/s | later epochs samples/s | later MB/s | load |")
-    print("|---|---|---|---|---:|---:|---:|---:|")
+    print("| dataset | shuffle | workers | code | epoch 1 samples/s | later epochs samples/s | later MB/s "
+          "| later samples/CPU-s | load |")
+    print("|---|---|---|---|---:|---:|---:|---:|---:|")
+    later: dict[tuple[Any, ...], tuple[float, float]] = {}
     for key, runs in results.items():
         dataset, shuffle, workers, persistent, code = key
-        first = statistics.median(r[0] for r in runs)
-        later = statistics.median(x for r in runs for x in r[1:]) if args.epochs > 1 else float("nan")
+        first = statistics.median(r["rates"][0] for r in runs)
+        wall, cpu = (statistics.median(x for r in runs for x in r[name][1:]) if args.epochs > 1 else float("nan")
+                     for name in ("rates", "cpu_rates"))
+        later[key] = wall, cpu
         label = f"{workers}" + ("" if persistent is None else " (persistent=False)")
-        mbs = later * SAMPLE_BYTES[dataset] / 1e6
-        print(f"| {dataset} | {'yes' if shuffle else 'no'} | {label} | {code} | {first:,.0f} | {later:,.0f} | "
-              f"{mbs:,.0f} | {statistics.median(loads[key]):.1f} |")
+        mbs = wall * SAMPLE_BYTES[dataset] / 1e6
+        print(f"| {dataset} | {'yes' if shuffle else 'no'} | {label} | {code} | {first:,.0f} | {wall:,.0f} | "
+              f"{mbs:,.0f} | {cpu:,.0f} | {statistics.median(loads[key]):.1f} |")
+    print("\nshuffled / unshuffled, later epochs (wall, CPU):")
+    for (dataset, shuffle, workers, persistent, code), (wall, cpu) in later.items():
+        plain = later.get((dataset, False, workers, persistent, code))
+        if shuffle and plain:
+            print(f"- {dataset}, {workers} workers, {code}: {wall / plain[0]:.2f} (wall), {cpu / plain[1]:.2f} (CPU)")
 
 
 if __name__ == "__main__":

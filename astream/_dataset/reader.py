@@ -38,9 +38,10 @@ import numpy.typing as npt
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
+from astream._dataset.ahead import AHEAD_BYTES, FIRST_BATCHES, SMALL_RECORD, DecodedAhead, decode_ahead
 from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
 from astream._dataset.collate import collate_samples
-from astream._dataset.grouping import BatchGroups
+from astream._dataset.grouping import WINDOW, BatchGroups
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
@@ -49,9 +50,11 @@ from astream._dataset.shards import OpenShards, ResidentPages, leases_of
 from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
+from astream._format.record import RecordLayout
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
+from astream.errors import AstreamError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -131,6 +134,11 @@ class EpochReader(AsyncResource):
         self.ids = order.ids[: order.num_samples]
         self._shard, self._offset = smap.locate(self.ids)
         self._groups: BatchGroups | None = None  # made at the first batch spanning shards
+        # Batches decoded ahead (see astream._dataset.ahead): the current window, the
+        # batches the next one may take, and the position before which none is tried.
+        self._ahead: DecodedAhead | None = None
+        self._ahead_batches = FIRST_BATCHES
+        self._ahead_off_until = 0
         self._given_predownload = predownload
         self._predownload = 1
         self._read_size = 1
@@ -411,13 +419,29 @@ class EpochReader(AsyncResource):
         return self._shards.get(shard, self._paths[shard])
 
     def _read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None) -> dict[str, Any]:
+        done = self._ahead
+        if done is not None:
+            if not peeked and done.covers(a, b):
+                return done.batch(a, b)
+            self._ahead = None  # passed: its memory goes now, or to the next window
         shards = self._shard[a:b]
         offsets = self._offset[a:b]
-        if shards[0] == shards[-1] and (shards == shards[0]).all():
-            return self._reader(int(shards[0]), peeked).get_batch(offsets)
         bounds = self.order.bounds
         k = int(np.searchsorted(bounds, a, side="right")) - 1
-        if 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b:
+        whole = 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b  # one of the plan's batches
+        if shards[0] == shards[-1] and (shards == shards[0]).all():
+            shard = int(shards[0])
+            # Variable-size columns cost a decode call per column and batch: a window pays it
+            # once for many batches, also from one shard. Fixed-size rows of one shard are
+            # one take already.
+            layout = self._smap.layouts[shard]
+            if (whole and not peeked and isinstance(layout, RecordLayout) and layout.num_var
+                    and (ahead := self._decode_ahead(k, done)) is not None):
+                return ahead.batch(a, b)
+            return self._reader(shard, peeked).get_batch(offsets)
+        if whole:
+            if not peeked and (ahead := self._decode_ahead(k, done)) is not None:
+                return ahead.batch(a, b)
             if self._groups is None:
                 self._groups = BatchGroups(self._shard, self._offset, bounds)
             uniq, groups, parts = self._groups.groups(k)  # grouped for many batches at once
@@ -426,6 +450,58 @@ class EpochReader(AsyncResource):
             uniq, parts = found.tolist(), [offsets[idx] for idx in groups]
         sources = [self._reader(g, peeked) for g in uniq]
         return gather_batch(sources, groups, parts, b - a, f"shards {uniq}")
+
+    def _decode_ahead(self, k: int, done: DecodedAhead | None) -> DecodedAhead | None:
+        """Batch ``k`` and the next ones decoded as one window, if that may be done now
+        (``done``: the window before, whose memory it may reuse).
+
+        Only positions held by ready leases (never with a bounded cache: its pins cover one
+        batch), records of ``SMALL_RECORD`` bytes or less on average, within ``AHEAD_BYTES``,
+        and at least two batches; else None (batch by batch).
+        """
+        bounds = self.order.bounds
+        a = int(bounds[k])
+        if self._bounded or a < self._ahead_off_until:
+            return None
+        stop = self._readable_until(int(bounds[min(k + self._ahead_batches, len(bounds) - 1)]))
+        cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])
+        if not len(cost) or cost[-1] > SMALL_RECORD * len(cost):
+            self._ahead_off_until = stop  # large records: a shard's fixed cost is small beside them
+            return None
+        stop = a + int(np.searchsorted(cost, AHEAD_BYTES, side="right"))
+        last = int(np.searchsorted(bounds, stop, side="right")) - 1  # the last batch that fits ends there
+        if last - k < 2:
+            return None
+        stop = int(bounds[last])
+        try:
+            ahead = decode_ahead(self._smap.layouts, lambda g: self._shards.get(g, self._paths[g]),
+                                 self._shard[a:stop], self._offset[a:stop], a, done)
+        except AstreamError:
+            ahead = None  # read batch by batch: the error comes with the batch it belongs to
+        if ahead is None:
+            self._ahead_off_until = stop
+            return None
+        self._pages.touched(self._shard[a:stop])
+        self._ahead = ahead
+        self._ahead_batches = min(2 * self._ahead_batches, WINDOW)
+        return ahead
+
+    def _readable_until(self, stop: int) -> int:
+        """The first position before ``stop`` a lease not ready yet may hold, else ``stop``.
+
+        Every position before it is held by a ready lease (whose end is not passed, so its
+        pin holds): those leases' paths are noted.
+        """
+        starts = self._lease_start
+        lease = self._needed
+        while lease < len(starts) and starts[lease] < stop:
+            future = self._ready[lease]
+            if not future.done() or future.cancelled() or future.exception() is not None:
+                return int(starts[lease])
+            if path := future.result():
+                self._paths[int(self._lease_shard[lease])] = path
+            lease += 1
+        return stop
 
     def _read_each(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[dict[str, Any]]:
         return [self._reader(int(self._shard[i]), peeked).get(int(self._offset[i])) for i in range(a, b)]
@@ -488,7 +564,8 @@ class EpochReader(AsyncResource):
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
             batch = await self._batch(a, b, await self._fetch(a, b), collate)
-            self._pages.touched(self._shard[a:b])
+            if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
+                self._pages.touched(self._shard[a:b])
             await self._advance(b)
             yield batch
         await self._settle_checks()

@@ -13,7 +13,9 @@ shard and put back in order with one permutation per list column.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import itertools
+import operator
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -22,7 +24,7 @@ import numpy.typing as npt
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, decode_rows
 
-__all__ = ["BatchSource", "gather_batch"]
+__all__ = ["BatchSource", "common_fixed_layout", "gather_batch", "take_rows"]
 
 Positions = npt.NDArray[np.intp]
 
@@ -42,16 +44,11 @@ def gather_batch(
     ``positions[k]`` are the places of part ``k`` in the batch (together, every place
     once); ``offsets`` must be valid record indexes. ``where`` names the data in errors.
     """
-    layout = _common_fixed_layout(sources)
+    layout = common_fixed_layout(sources)
     if layout is not None:
         # Each part is taken into consecutive rows (one take, no scatter per shard), then
         # the rows are put in batch order by one scatter: a numpy call per shard, not two.
-        grouped = np.empty((size, layout.fixed_size), np.uint8)
-        start = 0
-        for source, idx in zip(sources, offsets, strict=True):
-            assert isinstance(source, ShardReader)
-            source.copy_rows(idx, grouped[start : start + len(idx)])
-            start += len(idx)
+        grouped = take_rows(sources, offsets, layout)
         rows = np.empty_like(grouped)
         rows[np.concatenate(positions)] = grouped
         # Only error messages name the samples: in the parts' order is enough.
@@ -60,7 +57,30 @@ def gather_batch(
     return _scatter(parts, positions, size)
 
 
-def _common_fixed_layout(sources: Sequence[BatchSource]) -> RecordLayout | None:
+def take_rows(
+    sources: Sequence[BatchSource], offsets: Sequence[npt.NDArray[np.int64]], layout: RecordLayout,
+    scratch: npt.NDArray[np.uint8] | None = None,
+) -> npt.NDArray[np.uint8]:
+    """The records ``offsets[k]`` of every shard ``sources[k]``, part after part, as rows.
+
+    The shards share ``layout``, of fixed-size records (:func:`common_fixed_layout`). The
+    rows are written into the start of ``scratch`` (flat uint8) if it is large enough.
+    """
+    shape = (sum(len(idx) for idx in offsets), layout.fixed_size)
+    size = shape[0] * shape[1]
+    if scratch is not None and scratch.size >= size:
+        grouped = scratch[:size].reshape(shape)
+    else:
+        grouped = np.empty(shape, np.uint8)
+    start = 0
+    for source, idx in zip(sources, offsets, strict=True):
+        assert isinstance(source, ShardReader)
+        source.copy_rows(idx, grouped[start : start + len(idx)])
+        start += len(idx)
+    return grouped
+
+
+def common_fixed_layout(sources: Sequence[BatchSource]) -> RecordLayout | None:
     """The layout all ``sources`` share if they are shards of fixed-size records, else None."""
     first = sources[0] if sources else None
     if not isinstance(first, ShardReader) or first.layout.num_var:
@@ -76,7 +96,7 @@ def _scatter(parts: list[dict[str, Any]], positions: Sequence[Positions], size: 
     """Put per-shard pieces of a batch back into batch order."""
     out: dict[str, Any] = {}
     order = np.concatenate(positions) if positions else np.zeros(0, np.intp)
-    inverse: list[int] | None = None  # batch place -> index in the concatenated parts
+    pick: Callable[[list[Any]], Any] | None = None  # the concatenated parts' items in batch order
     for name in parts[0] if parts else ():
         values = [part[name] for part in parts]
         if all(isinstance(v, np.ndarray) for v in values) and len({(v.shape[1:], v.dtype) for v in values}) == 1:
@@ -86,8 +106,11 @@ def _scatter(parts: list[dict[str, Any]], positions: Sequence[Positions], size: 
                 column[at] = v
             out[name] = column
             continue
-        if inverse is None:
-            inverse = np.argsort(order, kind="stable").tolist()
-        joined = [item for v in values for item in v]
-        out[name] = [joined[k] for k in inverse]
+        if pick is None:
+            # The positions cover every place once: the inverse permutation is a scatter,
+            # not a sort, and itemgetter picks the items in one C loop.
+            inverse = np.empty(len(order), np.intp)
+            inverse[order] = np.arange(len(order))
+            pick = operator.itemgetter(*inverse.tolist()) if len(order) > 1 else lambda items: tuple(items)
+        out[name] = list(pick(list(itertools.chain.from_iterable(values))))
     return out
