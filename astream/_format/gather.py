@@ -23,6 +23,7 @@ import numpy.typing as npt
 
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, decode_rows
+from astream.errors import ConfigError
 
 __all__ = ["BatchSource", "common_fixed_layout", "gather_batch", "take_rows"]
 
@@ -54,7 +55,25 @@ def gather_batch(
         # Only error messages name the samples: in the parts' order is enough.
         return decode_rows(layout, rows, where, np.concatenate(offsets))
     parts = [source.get_batch(idx) for source, idx in zip(sources, offsets, strict=True)]
+    _check_same_columns(parts, where)
     return _scatter(parts, positions, size)
+
+
+def _check_same_columns(parts: list[dict[str, Any]], where: str) -> None:
+    """Refuse a batch whose parts have different columns (streams written differently).
+
+    Collated from the first part's names alone, a column only some parts have would be
+    dropped without a word, or fail as a bare KeyError.
+    """
+    names = [sorted(part) for part in parts]
+    if any(n != names[0] for n in names[1:]):
+        kinds = sorted({tuple(n) for n in names})
+        raise ConfigError(
+            f"one batch of {where} takes samples with different columns: "
+            + "; ".join(str(list(k)) for k in kinds)
+            + ". Give every stream the same columns, or iterate the dataset's samples "
+            "(`for sample in dataset`) and batch them yourself"
+        )
 
 
 def take_rows(

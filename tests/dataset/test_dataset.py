@@ -303,3 +303,21 @@ def test_validate_hash_the_index_lacks_is_refused_at_construction(remote: Path, 
     kwargs = {"remote": str(remote), "local": str(tmp_path / "c")} if where == "remote" else {"local": str(remote)}
     with pytest.raises(ConfigError, match=r"validate_hash='sha1' but index.json has no sha1 digest .*it has: xxh64"):
         StreamingDataset(**kwargs, validate_hash="sha1")
+
+
+@pytest.mark.parametrize("shuffle", [False, True])
+def test_a_batch_across_streams_with_different_columns_is_refused(tmp_path: Path, shuffle: bool) -> None:
+    # Collated by the first part's names, a column only one stream has was dropped without
+    # a word, or the batch failed with a bare KeyError.
+    for name, columns in (("a", {"x": "int"}), ("b", {"x": "int", "y": "int"})):
+        with MDSWriter(out=str(tmp_path / name), columns=columns, size_limit=1 << 12) as writer:
+            for i in range(203):  # 203 per stream: some batch spans both, shuffled or not
+                writer.write(dict.fromkeys(columns, i))
+    streams = [Stream(local=str(tmp_path / "a")), Stream(local=str(tmp_path / "b"))]
+    ds = StreamingDataset(streams=streams, batch_size=8, shuffle=shuffle)
+    with pytest.raises(ConfigError, match=r"different columns: \['x'\]; \['x', 'y'\]"):
+        for _ in Loader(ds, batch_size=8):
+            pass
+    assert sorted(ds[0]) == ["x"]  # samples alone are fine
+    assert sorted(ds[203]) == ["x", "y"]
+    ds.close()
