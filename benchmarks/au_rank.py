@@ -18,11 +18,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 import time
-import types
 import warnings
 from typing import Any
+
+from peer_stub import stub_streaming_vision
 
 
 def make(lib: str, remote: str | None, local: str, batch: int, workers: int) -> tuple[Any, Any]:
@@ -31,9 +31,7 @@ def make(lib: str, remote: str | None, local: str, batch: int, workers: int) -> 
 
         ds = StreamingDataset(remote=remote, local=local, batch_size=batch, shuffle=True)
         return ds, Loader(ds, num_workers=workers)
-    stub = types.ModuleType("streaming.vision")  # its __init__ imports torchvision (docs/bench/peer.md)
-    stub.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     from streaming import StreamingDataLoader, StreamingDataset
 
     ds = StreamingDataset(remote=remote, local=local, batch_size=batch, shuffle=True)

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 import time
-import types
+
+from peer_stub import stub_streaming_vision
 
 
 def main() -> None:
@@ -25,10 +25,7 @@ def main() -> None:
     parser.add_argument("--limit", type=int, required=True)
     parser.add_argument("--block", type=int, default=None)
     args = parser.parse_args()
-    # its package __init__ imports streaming.vision, which needs torchvision (docs/bench/peer.md)
-    vision = types.ModuleType("streaming.vision")
-    vision.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", vision)
+    stub_streaming_vision()
     import streaming
 
     ds = streaming.StreamingDataset(remote=args.remote, local=args.cache, shuffle=True, shuffle_algo="py1e",

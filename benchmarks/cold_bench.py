@@ -57,6 +57,7 @@ from typing import Any
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from loader_bench import child_env, measured_child
+from peer_stub import stub_streaming_vision
 
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
@@ -186,14 +187,11 @@ def worker_astream(remote: str | None, local: str, resume: int, profile: bool, p
 
 
 def worker_mosaic(remote: str, local: str, resume: int, profile: bool) -> dict[str, Any]:
-    import types
     import warnings
 
     warnings.simplefilter("ignore")
     t0 = time.perf_counter()
-    stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     from streaming import StreamingDataset
     from torch.utils.data import DataLoader
 

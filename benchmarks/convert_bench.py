@@ -46,6 +46,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
+from peer_stub import stub_streaming_vision
 
 from astream._format.index import Index
 
@@ -399,13 +400,10 @@ def cpu_since(before: dict[int, float]) -> float:
 def side_by_side(args: Any) -> None:
     """astream's and mosaicml-streaming's dataframe_to_mds on one Spark session, to moto S3."""
     import sys
-    import types
 
     import psutil
 
-    stub = types.ModuleType("streaming.vision")  # importing streaming pulls torchvision otherwise
-    stub.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     from streaming.base.converters import dataframe_to_mds as mosaic_to_mds  # type: ignore[import-not-found]
 
     from astream.convert import dataframe_to_mds as astream_to_mds

@@ -51,6 +51,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peer_stub import stub_streaming_vision
+
 # The peer's interpreter (a venv with mosaicml-streaming, see docs/bench/peer.md) and the
 # folder for generated data: from the environment, else this interpreter and the temp dir.
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
@@ -176,11 +178,8 @@ def worker_astream(url: str, local: str, fsync: bool = True) -> dict[str, Any]:
 
 
 def worker_mosaic(remote: str, local: str) -> dict[str, Any]:
-    import types
 
-    m = types.ModuleType("streaming.vision")
-    m.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", m)
+    stub_streaming_vision()
     start = time.perf_counter()
     from streaming import StreamingDataset  # type: ignore[import-not-found]
 

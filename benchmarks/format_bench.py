@@ -29,13 +29,13 @@ import statistics
 import sys
 import tempfile
 import time
-import types
 import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+from peer_stub import stub_streaming_vision
 
 from astream import LocalDataset, MDSWriter
 
@@ -46,9 +46,7 @@ BATCH = 256
 def _peer() -> Any:
     if importlib.util.find_spec("streaming") is None:
         return None
-    stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         import streaming

@@ -57,6 +57,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peer_stub import stub_streaming_vision
+
 # The peer's interpreter (a venv with mosaicml-streaming, see docs/bench/peer.md) and the
 # folder for generated data: from the environment, else this interpreter and the temp dir.
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
@@ -148,13 +150,10 @@ def worker_astream(how: str, remote: str | None, local: str, workers: int, epoch
 
 
 def worker_mosaic(how: str, remote: str | None, local: str, workers: int, epochs: int) -> dict[str, Any]:
-    import types
     import warnings
 
     warnings.simplefilter("ignore")
-    stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     t0 = time.perf_counter()
     from streaming import StreamingDataset
     from torch.utils.data import DataLoader

@@ -42,6 +42,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from peer_stub import stub_streaming_vision
+
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 PEER_PYTHON = os.environ.get("ASTREAM_PEER_PYTHON", sys.executable)
 BATCH = 32
@@ -137,13 +139,10 @@ def run_astream(root: Path, name: str, shuffle: bool, workers: int) -> dict[str,
 
 
 def run_mosaic(root: Path, name: str, shuffle: bool, workers: int) -> dict[str, float]:
-    import types
     import warnings
 
     warnings.simplefilter("ignore")
-    stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     t0 = time.perf_counter()
     from streaming import StreamingDataset
     from torch.utils.data import DataLoader

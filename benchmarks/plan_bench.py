@@ -19,10 +19,10 @@ import resource
 import subprocess
 import sys
 import time
-import types
 from typing import Any
 
 import numpy as np
+from peer_stub import stub_streaming_vision
 
 CASES = ("astream-work", "astream-worker", "astream-shuffle", "peer-work", "peer-shuffle")
 
@@ -73,9 +73,7 @@ def run_case(case: str, a: argparse.Namespace) -> dict[str, Any]:
     """Run one case in this process; return seconds, peak RSS and a digest of the result."""
     sizes = _shard_sizes(a.samples, a.shards)
     if case.startswith("peer"):
-        stub = types.ModuleType("streaming.vision")
-        stub.__path__ = []  # type: ignore[attr-defined]
-        sys.modules.setdefault("streaming.vision", stub)
+        stub_streaming_vision()
         import streaming.base.partition
         import streaming.base.shuffle  # noqa: F401
     import astream.sampling as sampling
@@ -129,9 +127,7 @@ def main() -> None:
     if a.case:
         print(json.dumps(run_case(a.case, a)))
         return
-    stub = types.ModuleType("streaming.vision")
-    stub.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     try:
         import streaming  # noqa: F401
 

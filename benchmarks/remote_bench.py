@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from peer_stub import stub_streaming_vision
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
@@ -209,12 +210,9 @@ async def obstore_pass(store: Any, prefix: str, shards: list[tuple[str, int]], d
 
 def mosaic_worker(root: str, names: list[str], dest: str, conc: int) -> None:
     """In the peer interpreter: download every shard with mosaicml-streaming's GCS downloader."""
-    import types
     from concurrent.futures import ThreadPoolExecutor
 
-    stub = types.ModuleType("streaming.vision")  # importing streaming pulls torchvision otherwise
-    stub.__path__ = []  # type: ignore[attr-defined]
-    sys.modules.setdefault("streaming.vision", stub)
+    stub_streaming_vision()
     from streaming.base.storage.download import DOWNLOADER_MAPPINGS  # type: ignore[import-not-found]
 
     downloader = DOWNLOADER_MAPPINGS["gs"]()  # one per stream, shared by its download threads, as StreamingDataset does
