@@ -309,3 +309,28 @@ def test_unshuffled_batches_are_runs_of_rows_exact(folder: tuple[Path, dict[int,
         assert seen == sorted(truth)
     finally:
         ds.close()
+
+
+def test_two_projections_on_one_local_cache_each_resume_exact(folder: tuple[Path, dict[int, dict[str, Any]]],
+                                                              tmp_path: Path) -> None:
+    # A dataset's node agent serves the index that dataset built, not the index.json in the
+    # cache folder, which a later dataset on the same folder with other columns rewrote (its
+    # row groups are other shards: the agent used to serve those, a ShardFormatError here).
+    root, truth = folder
+    cache = str(tmp_path / "cache")
+    columns = ["id", "s", "lst"]
+    narrow = StreamingDataset(remote=str(root), local=cache, format="parquet", columns=columns, batch_size=50)
+    wide = StreamingDataset(remote=str(root), local=cache, format="parquet", batch_size=50)
+    try:
+        loader = Loader(narrow, drop_last=False)
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 5000})
+        rows = [row for batch in loader for row in data.rows(batch)]
+        loader.close()
+        assert [r["id"] for r in rows] == sorted(truth)[5000:]
+        assert all(data.same(r, {k: truth[r["id"]][k] for k in columns}) for r in rows)
+        loader = Loader(wide, drop_last=False)
+        assert [i for batch in loader for i in _check(batch, truth)] == sorted(truth)
+        loader.close()
+    finally:
+        narrow.close()
+        wide.close()
