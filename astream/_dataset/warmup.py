@@ -16,14 +16,20 @@ raised before, and nothing more.
 
 - :meth:`WarmStart.redirect`: a state loaded before the first iteration moves it to the
   resume point: the shards found there are prefetched, and the earlier ones withdrawn (the
-  agent stops a transfer nobody else wants, already running or not).
+  agent stops a transfer nobody else wants, already running or not). A start still joining
+  then neither asks for the epoch nor plans it. The resume point's prefetch goes as soon as
+  the client has joined, also once the iteration has begun: it is one message with keys
+  known already, and the iteration's own request for them comes only after its barrier and
+  its reader's set-up (``Loader(); load_state_dict(); next()`` in a row: the transfer
+  overlaps those instead of following them).
 - :meth:`WarmStart.astop` (the dataset's ``close``/``aclose``) and :meth:`WarmStart.stop_soon`
   (the dataset collected unclosed): its client leaves the node, which withdraws what it
   prefetched and nobody else wants; a node agent on a thread of this process then ends
   after its linger, as it would after an iteration.
 - :meth:`WarmStart.overtaken`: an iteration began before it got as far as prefetching (the
   program iterates at once): what is left, the iteration asks for itself, and the warm
-  start stays out of its way (no second planning, no request after the reader's).
+  start stays out of its way (no second planning, no request after the reader's; a
+  loaded state's prefetch, planned already, excepted).
 - It belongs to the process that made it. A dataset pickled into a worker has none (the
   worker's iteration asks for its own shards), and in a forked child it does nothing: the
   loop it ran on does not exist there.
@@ -75,11 +81,12 @@ class WarmStart:
 
     def redirect(self, keys: list[str]) -> None:
         """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's)."""
-        self._redirected = True  # a start still planning skips its own prefetch
-        self._submit(self._prefetch(keys))
+        self._redirected = True  # a start still joining or planning skips the rest
+        self._submit(self._prefetch(keys, overtaken_ok=True), overtaken_ok=True)
 
     def overtaken(self) -> None:
-        """An iteration has begun: prefetch nothing more (the reader asks for its shards)."""
+        """An iteration has begun: plan and prefetch nothing more (the reader asks for its
+        shards), but a loaded state's prefetch (:meth:`redirect`) still goes."""
         self._overtaken = True
 
     async def astop(self) -> None:
@@ -105,16 +112,16 @@ class WarmStart:
             loop.call_soon_threadsafe(lambda: loop.create_task(self.astop()))
 
     # -- on the loop ------------------------------------------------------------------------
-    def _submit(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _submit(self, coro: Coroutine[Any, Any, None], *, overtaken_ok: bool = False) -> None:
         if os.getpid() != self._pid or self._stopped:
             coro.close()
             return
         try:
-            self._portal.submit(self._tracked(coro))
+            self._portal.submit(self._tracked(coro, overtaken_ok))
         except Exception:  # (a closed loop thread: nothing to warm up any more)
             coro.close()
 
-    async def _tracked(self, coro: Coroutine[Any, Any, None]) -> None:
+    async def _tracked(self, coro: Coroutine[Any, Any, None], overtaken_ok: bool) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -122,7 +129,7 @@ class WarmStart:
             self._lock = asyncio.Lock()
         try:
             async with self._lock:  # in the order they were asked for
-                if not self._stopped and not self._overtaken:
+                if not self._stopped and (overtaken_ok or not self._overtaken):
                     await coro
         except Exception as exc:
             log.debug("astream: the dataset's warm start stopped: %s", exc)
@@ -138,6 +145,8 @@ class WarmStart:
 
     async def _start(self, keys_at: KeysAt) -> None:
         client = await self._joined()
+        if self._overtaken or self._redirected:
+            return  # the iteration asks, or a loaded state's prefetch (queued behind) goes now
         epoch = await client.get_epoch()
         if self._overtaken or self._redirected:
             return
@@ -145,9 +154,9 @@ class WarmStart:
         if not self._redirected:
             await self._prefetch(keys)
 
-    async def _prefetch(self, keys: list[str]) -> None:
+    async def _prefetch(self, keys: list[str], *, overtaken_ok: bool = False) -> None:
         client = await self._joined()
-        if self._overtaken:
+        if self._overtaken and not overtaken_ok:
             return
         dropped = sorted(set(self._keys) - set(keys))
         if dropped:

@@ -120,11 +120,35 @@ def test_a_loaded_state_redirects_it(root: Path, server: LoopbackServer, tmp_pat
 
 
 def _withdrawn(ds: StreamingDataset) -> int:
+    return _agent_count(ds, "withdrawn")
+
+
+def _agent_count(ds: StreamingDataset, name: str) -> int:
     async def ask() -> int:
         async with ds.session.new_client(7, 8, role="worker") as client:  # a bystander's view of the node
-            return int((await client.stats()).get("withdrawn", 0))
+            return int((await client.stats()).get(name, 0))
 
     return asyncio.run(ask())
+
+
+def test_a_state_loaded_right_before_iterating_is_prefetched(root: Path, server: LoopbackServer,
+                                                               tmp_path: Path) -> None:
+    # Loader(), load_state_dict(), then iterating at once (a resume): the iteration begins
+    # before the warm start has joined the node, and the resume point's prefetch still goes
+    # (its keys are known; it overlaps the iteration's barrier and set-up). The start of
+    # the epoch is never asked for.
+    names = _names(root)
+    ds = _dataset(server, tmp_path, "warm-resume-at-once")
+    try:
+        loader = Loader(ds)
+        at = 150
+        loader.load_state_dict({"epoch": 0, "sample_in_epoch": at, "num_canonical_nodes": 1,
+                                "shuffle_seed": 9176, "initial_physical_nodes": 1})
+        assert [int(i) for b in loader for i in b["id"]] == list(range(at, N))
+        _until(lambda: _agent_count(ds, "op_prefetch") >= 1, "the resume point's prefetch")
+        assert names[0] not in _fetched(server)
+    finally:
+        ds.close()
 
 
 @pytest.mark.parametrize("how", ["close", "collect"])
