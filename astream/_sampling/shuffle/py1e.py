@@ -98,7 +98,8 @@ def tail_order(positions: npt.NDArray[np.float64], start: int) -> Int64Array | N
     ranked = values[order]
     if ranked.size > 1 and not bool((ranked[1:] > ranked[:-1]).all()):
         return None
-    if not ranked[0] > positions[part[:start]].max():
+    # The rest are at most ranked[0] (argpartition's promise): none may equal it.
+    if int(np.count_nonzero(positions == ranked[0])) != 1:
         return None
     return tail[order]
 
