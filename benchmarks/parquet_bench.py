@@ -16,7 +16,9 @@ iterated in batches of the same size, numbers turned into NumPy arrays; its time
 first batch is reported beside astream's (cold cache). ``--lit-python PYTHON`` does the same
 with LitData's Parquet streaming (``index_parquet_dataset`` + ``ParquetLoader``, see
 ``_LIT``); docs/bench/peer.md says how to install it. Each peer also reports the time from a
-fresh dataset's ``load_state_dict`` at 90% of the epoch to its first batch.
+fresh dataset's ``load_state_dict`` at 90% of the epoch to its first batch in hand (the
+iteration is closed after the clock stops, on every side), ``--resumes`` times per run;
+medians, quartiles and range over all runs. ``--resume-only`` skips astream's passes.
 
 Both sides run alternately, ``--runs`` times; the page reports medians and the ratio
 astream / floor (rows per second).
@@ -25,6 +27,7 @@ astream / floor (rows per second).
     python benchmarks/parquet_bench.py --rows 16384 --runs 5 --http
     python benchmarks/parquet_bench.py --hf-python "$VENV/bin/python"
     python benchmarks/parquet_bench.py --hf-python "$HF_VENV/bin/python" --lit-python "$LIT_VENV/bin/python"
+    python benchmarks/parquet_bench.py --resume-only --resumes 30 --hf-python ... --lit-python ...
 """
 
 from __future__ import annotations
