@@ -10,7 +10,9 @@ every file in order, each record batch turned into NumPy arrays (numbers) and li
   ``--http``, from a loopback HTTP server serving it with the written index).
 
 With ``--hf-python PYTHON`` (an interpreter with Hugging Face ``datasets`` installed; it is
-not a dependency of astream), Hugging Face's streaming reader of the same files runs too,
+not a dependency of astream), Hugging Face's streaming reader of the same files runs too
+(with ``--http`` over the same loopback server: its fsspec HTTP file system, which needs
+``aiohttp`` in that interpreter; LitData reads the local folder either way),
 in a subprocess of that interpreter: ``load_dataset("parquet", data_files=..., streaming=True)``
 iterated in batches of the same size, numbers turned into NumPy arrays; its time to the
 first batch is reported beside astream's (cold cache). ``--lit-python PYTHON`` does the same
@@ -133,10 +135,11 @@ print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume":
 """.replace("BATCH", str(BATCH))
 
 
-def hf_pass(python: str, root: Path, resumes: int) -> dict[str, Any]:
-    """Hugging Face datasets streaming, in ``python``: seconds and rows of its pass, first
-    batch, ``resumes`` resumptions from construction and from ``load_state_dict``."""
-    files = [str(p) for p in sorted(root.glob("*.parquet"))]
+def hf_pass(python: str, files: list[str], resumes: int) -> dict[str, Any]:
+    """Hugging Face datasets streaming of ``files`` (paths, or URLs of the loopback server:
+    its fsspec HTTP file system, which needs aiohttp in that interpreter), in ``python``:
+    seconds and rows of its pass, first batch, ``resumes`` resumptions from construction
+    and from ``load_state_dict``."""
     done = subprocess.run([python, "-c", _HF.replace("RESUMES", str(resumes)), *files], capture_output=True,
                           text=True)
     # Its interpreter sometimes aborts on the way out ("terminate called without an active
@@ -328,10 +331,12 @@ def main() -> None:
     server = None
     try:
         remote = str(data)
+        hf_files = [str(p) for p in sorted(data.glob("*.parquet"))]
         if args.http:
             cli(["-q", "index", str(data)])
             server = LoopbackServer(str(data)).__enter__()
             remote = server.url
+            hf_files = [f"{server.url}/{os.path.basename(p)}" for p in hf_files]  # HF reads them over HTTP too
         floor(data)  # page cache and imports warm for both sides
         for run in range(args.runs):
             cache = work / f"cache-{run}"
@@ -356,7 +361,7 @@ def main() -> None:
                 for step, seconds in resume_floor(data, cache, total).items():
                     floors.setdefault(step, []).append(seconds)
             if args.hf_python:
-                hf = hf_pass(args.hf_python, data, args.resumes)
+                hf = hf_pass(args.hf_python, hf_files, args.resumes)
                 assert hf["rows"] == total
                 results["hf"].append(total / hf["seconds"])
                 firsts["hf"].append(hf["first"])
