@@ -7,7 +7,7 @@ every file in order, each record batch turned into NumPy arrays (numbers) and li
 
 - ``warm``: its cache already holds every row group (a second epoch);
 - ``cold``: a fresh cache, the row groups fetched by range from the local folder (or, with
-  ``--http``, from a loopback HTTP server serving it with the written index).
+  ``--http``, from ``astream serve`` in a process of its own, with the written index).
 
 With ``--hf-python PYTHON`` (an interpreter with Hugging Face ``datasets`` installed; it is
 not a dependency of astream), Hugging Face's streaming reader of the same files runs too
@@ -38,9 +38,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -56,7 +58,6 @@ from astream._format.index import Index
 from astream._format.parquet.reader import ParquetLayout, RowGroupReader
 from astream._storage.registry import StoragePool
 from astream.cli import main as cli
-from astream.testing import LoopbackServer
 
 BATCH = 256
 # Resumptions timed per side and run by default (a ~20 ms event on a shared machine spreads
@@ -219,6 +220,19 @@ def lit_pass(python: str, root: Path, work: Path, total: int, resumes: int) -> d
     return got
 
 
+def serve(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """``astream serve root`` in a process of its own (not a thread of this one, whose GIL
+    astream's threads would share with it): the process and its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "astream.cli", "-q", "serve", str(root), "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    found = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
+    if found is None:
+        proc.kill()
+        raise RuntimeError("astream serve did not start")
+    return proc, found.group(0)
+
+
 def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
     """A fresh dataset (cold cache) resumed at 90% of the epoch: seconds to the first batch
     from its construction, and from ``load_state_dict``."""
@@ -233,7 +247,7 @@ def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
         batch = next(batches)
         end = time.perf_counter()  # the first batch in hand: closing the iteration comes after
         assert int(batch["id"][0]) == int(0.9 * total)  # unshuffled: the row the state points at
-        batches.close()
+        del batches  # (the loader's generator: closing it ends the iteration)
         return end - start, end - loaded
     finally:
         loader.close()
@@ -328,15 +342,14 @@ def main() -> None:
         results["lit cold"], results["lit warm"], firsts["lit"], resumes["lit"], from_state["lit"] = [], [], [], [], []
         lit_index: list[float] = []
     hf_wrong = 0
-    server = None
+    server: subprocess.Popen[str] | None = None
     try:
         remote = str(data)
         hf_files = [str(p) for p in sorted(data.glob("*.parquet"))]
         if args.http:
             cli(["-q", "index", str(data)])
-            server = LoopbackServer(str(data)).__enter__()
-            remote = server.url
-            hf_files = [f"{server.url}/{os.path.basename(p)}" for p in hf_files]  # HF reads them over HTTP too
+            server, remote = serve(data)
+            hf_files = [f"{remote}/{os.path.basename(p)}" for p in hf_files]  # HF reads them over HTTP too
         floor(data)  # page cache and imports warm for both sides
         for run in range(args.runs):
             cache = work / f"cache-{run}"
@@ -380,7 +393,8 @@ def main() -> None:
             print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items() if v))
     finally:
         if server is not None:
-            server.__exit__(None, None, None)
+            server.terminate()
+            server.wait(10)
         shutil.rmtree(work, ignore_errors=True)
     print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     if not args.resume_only:
