@@ -421,7 +421,7 @@ def main() -> None:
 def spread(seconds: list[float]) -> str:
     """``median (p25-p75; min-max)`` in ms."""
     ms = sorted(x * 1e3 for x in seconds)
-    q = statistics.quantiles(ms, n=4) if len(ms) > 1 else [ms[0]] * 3
+    q = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else [ms[0]] * 3
     return f"{q[1]:.1f} ({q[0]:.1f}-{q[2]:.1f}; {ms[0]:.1f}-{ms[-1]:.1f})"
 
 
