@@ -99,7 +99,10 @@ class WarmStart:
         if keys is None or self._handed is not None or self._stopped or os.getpid() != self._pid:
             return
         self._handed = keys
-        await node.prefetch(keys, first=True)
+        try:
+            await node.prefetch(keys, first=True)
+        except Exception as exc:  # a hint: the iteration's own calls meet it, with its error
+            log.debug("astream: the warm start's hand-over failed: %s", exc)
 
     async def astop(self) -> None:
         """Stop, on the loop it runs on: its client leaves the node; idempotent."""
