@@ -7,16 +7,20 @@ every file in order, each record batch turned into NumPy arrays (numbers) and li
 
 - ``warm``: its cache already holds every row group (a second epoch);
 - ``cold``: a fresh cache, the row groups fetched by range from the local folder (or, with
-  ``--http``, from a loopback HTTP server serving it with the written index).
+  ``--http``, from ``astream serve`` in a process of its own, with the written index).
 
 With ``--hf-python PYTHON`` (an interpreter with Hugging Face ``datasets`` installed; it is
-not a dependency of astream), Hugging Face's streaming reader of the same files runs too,
+not a dependency of astream), Hugging Face's streaming reader of the same files runs too
+(with ``--http`` over the same loopback server: its fsspec HTTP file system, which needs
+``aiohttp`` in that interpreter; LitData reads the local folder either way),
 in a subprocess of that interpreter: ``load_dataset("parquet", data_files=..., streaming=True)``
 iterated in batches of the same size, numbers turned into NumPy arrays; its time to the
 first batch is reported beside astream's (cold cache). ``--lit-python PYTHON`` does the same
 with LitData's Parquet streaming (``index_parquet_dataset`` + ``ParquetLoader``, see
 ``_LIT``); docs/bench/peer.md says how to install it. Each peer also reports the time from a
-fresh dataset's ``load_state_dict`` at 90% of the epoch to its first batch.
+fresh dataset's ``load_state_dict`` at 90% of the epoch to its first batch in hand (the
+iteration is closed after the clock stops, on every side), ``--resumes`` times per run;
+medians, quartiles and range over all runs. ``--resume-only`` skips astream's passes.
 
 Both sides run alternately, ``--runs`` times; the page reports medians and the ratio
 astream / floor (rows per second).
@@ -25,6 +29,7 @@ astream / floor (rows per second).
     python benchmarks/parquet_bench.py --rows 16384 --runs 5 --http
     python benchmarks/parquet_bench.py --hf-python "$VENV/bin/python"
     python benchmarks/parquet_bench.py --hf-python "$HF_VENV/bin/python" --lit-python "$LIT_VENV/bin/python"
+    python benchmarks/parquet_bench.py --resume-only --resumes 30 --hf-python ... --lit-python ...
 """
 
 from __future__ import annotations
@@ -33,9 +38,11 @@ import argparse
 import asyncio
 import json
 import os
+import re
 import shutil
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -51,11 +58,11 @@ from astream._format.index import Index
 from astream._format.parquet.reader import ParquetLayout, RowGroupReader
 from astream._storage.registry import StoragePool
 from astream.cli import main as cli
-from astream.testing import LoopbackServer
 
 BATCH = 256
-# Resumptions timed per side and run (a ~30 ms event on a shared machine needs several).
-RESUMES = 5
+# Resumptions timed per side and run by default (a ~20 ms event on a shared machine spreads
+# by 10x: medians of many, see --resumes).
+RESUMES = 15
 
 
 def write(root: Path, files: int, groups: int, rows: int) -> int:
@@ -106,31 +113,36 @@ first_pass = time.perf_counter() - t0
 # Resumption: iterate to 90% of the epoch, take the state, then time a fresh dataset from
 # its construction and load_state_dict to the first batch.
 it = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
-seen, state = 0, None
+seen, state, at = 0, None, 0
 for b in it:
     seen += len(b["id"])
     if state is None and seen >= 0.9 * rows:
-        state = it.state_dict()
-resume, from_state = [], []
+        state, at = it.state_dict(), seen
+resume, from_state, wrong = [], [], 0
 for _ in range(RESUMES):
     t1 = time.perf_counter()
     again = load_dataset("parquet", data_files=sys.argv[1:], split="train", streaming=True).batch(BATCH)
     t2 = time.perf_counter()
     again.load_state_dict(state)
-    for b in again:
-        break
-    resume.append(time.perf_counter() - t1)
-    from_state.append(time.perf_counter() - t2)
+    batches = iter(again)
+    b = next(batches)
+    t3 = time.perf_counter()  # the first batch in hand: closing the iteration comes after
+    resume.append(t3 - t1)
+    from_state.append(t3 - t2)
+    wrong += int(b["id"][0]) != at  # resumed where the state was taken?
+    del batches
 print(json.dumps({"seconds": first_pass, "rows": rows, "first": first, "resume": resume,
-                  "from_state": from_state}), flush=True)
-""".replace("BATCH", str(BATCH)).replace("RESUMES", str(RESUMES))
+                  "from_state": from_state, "wrong": wrong}), flush=True)
+""".replace("BATCH", str(BATCH))
 
 
-def hf_pass(python: str, root: Path) -> dict[str, Any]:
-    """Hugging Face datasets streaming, in ``python``: seconds and rows of its pass, first
-    batch, resume from construction and from ``load_state_dict``."""
-    files = [str(p) for p in sorted(root.glob("*.parquet"))]
-    done = subprocess.run([python, "-c", _HF, *files], capture_output=True, text=True)
+def hf_pass(python: str, files: list[str], resumes: int) -> dict[str, Any]:
+    """Hugging Face datasets streaming of ``files`` (paths, or URLs of the loopback server:
+    its fsspec HTTP file system, which needs aiohttp in that interpreter), in ``python``:
+    seconds and rows of its pass, first batch, ``resumes`` resumptions from construction
+    and from ``load_state_dict``."""
+    done = subprocess.run([python, "-c", _HF.replace("RESUMES", str(resumes)), *files], capture_output=True,
+                          text=True)
     # Its interpreter sometimes aborts on the way out ("terminate called without an active
     # exception": a native thread at shutdown), after the result line: that line counts.
     lines = done.stdout.strip().splitlines()
@@ -179,18 +191,22 @@ for _ in range(RESUMES):
     again = make()
     t1 = time.perf_counter()
     again.load_state_dict(state)
-    resumed = numpy(next(iter(again)))
-    resume.append(time.perf_counter() - t0)
-    from_state.append(time.perf_counter() - t1)
+    batches = iter(again)
+    resumed = numpy(next(batches))
+    t2 = time.perf_counter()  # the first batch in hand: closing the iteration comes after
+    resume.append(t2 - t0)
+    from_state.append(t2 - t1)
     assert int(resumed["id"][0]) == at, (int(resumed["id"][0]), at)  # resumed where the state was taken
+    del batches
 print(json.dumps({"index": index_s, "cold": cold, "warm": warm, "rows": rows, "warm_rows": warm_rows,
                   "first": first, "resume": resume, "from_state": from_state}), flush=True)
-""".replace("BATCH", str(BATCH)).replace("RESUMES", str(RESUMES))
+""".replace("BATCH", str(BATCH))
 
 
-def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, Any]:
+def lit_pass(python: str, root: Path, work: Path, total: int, resumes: int) -> dict[str, Any]:
     """LitData's Parquet streaming, in ``python``, over hard links of ``root``'s files in a
-    folder of its own (it writes its index.json there): seconds and rows of each pass."""
+    folder of its own (it writes its index.json there): seconds and rows of each pass, and
+    ``resumes`` resumptions."""
     data = work / "lit-data"
     shutil.rmtree(data, ignore_errors=True)
     data.mkdir()
@@ -198,10 +214,23 @@ def lit_pass(python: str, root: Path, work: Path, total: int) -> dict[str, Any]:
         os.link(path, data / path.name)
     cache = work / "lit-cache"
     shutil.rmtree(cache, ignore_errors=True)
-    out = subprocess.run([python, "-c", _LIT, str(data), str(cache), str(total)], check=True, capture_output=True,
-                         text=True, cwd=work).stdout
+    out = subprocess.run([python, "-c", _LIT.replace("RESUMES", str(resumes)), str(data), str(cache), str(total)],
+                         check=True, capture_output=True, text=True, cwd=work).stdout
     got: dict[str, Any] = json.loads(out.strip().splitlines()[-1])
     return got
+
+
+def serve(root: Path) -> tuple[subprocess.Popen[str], str]:
+    """``astream serve root`` in a process of its own (not a thread of this one, whose GIL
+    astream's threads would share with it): the process and its URL."""
+    proc = subprocess.Popen([sys.executable, "-m", "astream.cli", "-q", "serve", str(root), "--port", "0"],
+                            stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    found = re.search(r"http://127\.0\.0\.1:\d+", proc.stdout.readline())
+    if found is None:
+        proc.kill()
+        raise RuntimeError("astream serve did not start")
+    return proc, found.group(0)
 
 
 def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
@@ -214,9 +243,11 @@ def astream_resume(remote: str, cache: Path, total: int) -> tuple[float, float]:
         state = {**loader.state_dict(), "sample_in_epoch": int(0.9 * total)}
         loaded = time.perf_counter()
         loader.load_state_dict(state)
-        batch = next(iter(loader))
+        batches = iter(loader)
+        batch = next(batches)
+        end = time.perf_counter()  # the first batch in hand: closing the iteration comes after
         assert int(batch["id"][0]) == int(0.9 * total)  # unshuffled: the row the state points at
-        end = time.perf_counter()
+        del batches  # (the loader's generator: closing it ends the iteration)
         return end - start, end - loaded
     finally:
         loader.close()
@@ -289,7 +320,11 @@ def main() -> None:
     parser.add_argument("--hf-python", help="an interpreter with Hugging Face datasets: compare its streaming")
     parser.add_argument("--lit-python", help="an interpreter with litdata (and torch, polars): compare its "
                         "Parquet streaming")
+    parser.add_argument("--resumes", type=int, default=RESUMES, help="resumptions timed per side and run")
+    parser.add_argument("--resume-only", action="store_true", help="astream: time only the resumptions (and "
+                        "their floor), not the passes")
     args = parser.parse_args()
+    print(f"load average at start: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     work = Path(tempfile.mkdtemp(prefix="parquet-bench-"))
     data = work / "data"
     data.mkdir()
@@ -306,28 +341,31 @@ def main() -> None:
     if args.lit_python:
         results["lit cold"], results["lit warm"], firsts["lit"], resumes["lit"], from_state["lit"] = [], [], [], [], []
         lit_index: list[float] = []
-    server = None
+    hf_wrong = 0
+    server: subprocess.Popen[str] | None = None
     try:
         remote = str(data)
+        hf_files = [str(p) for p in sorted(data.glob("*.parquet"))]
         if args.http:
             cli(["-q", "index", str(data)])
-            server = LoopbackServer(str(data)).__enter__()
-            remote = server.url
+            server, remote = serve(data)
+            hf_files = [f"{remote}/{os.path.basename(p)}" for p in hf_files]  # HF reads them over HTTP too
         floor(data)  # page cache and imports warm for both sides
         for run in range(args.runs):
-            seconds, rows = floor(data)
-            assert rows == total
-            results["floor"].append(rows / seconds)
             cache = work / f"cache-{run}"
-            for kind, epochs in (("cold", 1), ("warm", 2)):
+            for kind, epochs in () if args.resume_only else (("cold", 1), ("warm", 2)):
                 shutil.rmtree(cache, ignore_errors=True)
                 seconds, rows, first = astream_pass(remote, cache, epochs)
                 assert rows == total
                 results[kind].append(rows / seconds)
                 if kind == "cold":
                     firsts["cold"].append(first)
+            if not args.resume_only:
+                seconds, rows = floor(data)
+                assert rows == total
+                results["floor"].append(rows / seconds)
             shutil.rmtree(cache, ignore_errors=True)
-            for _ in range(RESUMES):
+            for _ in range(args.resumes):
                 shutil.rmtree(cache, ignore_errors=True)
                 whole, after_state = astream_resume(remote, cache, total)
                 resumes["astream"].append(whole)
@@ -336,14 +374,15 @@ def main() -> None:
                 for step, seconds in resume_floor(data, cache, total).items():
                     floors.setdefault(step, []).append(seconds)
             if args.hf_python:
-                hf = hf_pass(args.hf_python, data)
+                hf = hf_pass(args.hf_python, hf_files, args.resumes)
                 assert hf["rows"] == total
                 results["hf"].append(total / hf["seconds"])
                 firsts["hf"].append(hf["first"])
                 resumes["hf"].extend(hf["resume"])
+                hf_wrong += hf["wrong"]
                 from_state["hf"].extend(hf["from_state"])
             if args.lit_python:
-                lit = lit_pass(args.lit_python, data, work, total)
+                lit = lit_pass(args.lit_python, data, work, total, args.resumes)
                 assert lit["rows"] == lit["warm_rows"] == total
                 results["lit cold"].append(total / lit["cold"])
                 results["lit warm"].append(total / lit["warm"])
@@ -351,35 +390,54 @@ def main() -> None:
                 resumes["lit"].extend(lit["resume"])
                 from_state["lit"].extend(lit["from_state"])
                 lit_index.append(lit["index"])
-            print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items()))
+            print(f"run {run}: " + ", ".join(f"{k} {v[-1]:,.0f} rows/s" for k, v in results.items() if v))
     finally:
         if server is not None:
-            server.__exit__(None, None, None)
+            server.terminate()
+            server.wait(10)
         shutil.rmtree(work, ignore_errors=True)
+    print(f"load average at end: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    if not args.resume_only:
+        report_passes(results, firsts, lit_index if args.lit_python else [])
+    n = len(resumes["astream"])
+    print(f"resume at 90% to the first batch in hand (cold, {n} per side): median (quartiles; min-max) ms")
+    for label, table in (("from construction", resumes), ("from load_state_dict", from_state)):
+        print(f"  {label}: " + "; ".join(f"{k} {spread(v)}" for k, v in table.items()))
+    if args.hf_python:
+        print(f"  HF resumed at another row than its state's in {hf_wrong} of {len(resumes['hf'])}")
+    print("resume floor (the steps alone, no agent or engine), medians: " + ", ".join(
+        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in floors.items()))
+    peers = [k for k in ("hf", "lit") if k in resumes]
+    for label, table in (("from construction", resumes), ("from load_state_dict", from_state)):
+        mine = statistics.median(table["astream"])
+        line = f"resume {label}: astream median {mine * 1e3:.1f} ms"
+        if firsts["cold"]:
+            line += f", / its first batch = {mine / statistics.median(firsts['cold']):.2f}x"
+        if peers:
+            line += f", / fastest peer = {mine / min(statistics.median(table[k]) for k in peers):.2f}x"
+        print(line)
+
+
+def spread(seconds: list[float]) -> str:
+    """``median (p25-p75; min-max)`` in ms."""
+    ms = sorted(x * 1e3 for x in seconds)
+    q = statistics.quantiles(ms, n=4, method="inclusive") if len(ms) > 1 else [ms[0]] * 3
+    return f"{q[1]:.1f} ({q[0]:.1f}-{q[2]:.1f}; {ms[0]:.1f}-{ms[-1]:.1f})"
+
+
+def report_passes(results: dict[str, list[float]], firsts: dict[str, list[float]], lit_index: list[float]) -> None:
+    """The passes' medians (rows/s) and ratios, and the first batches."""
     med = {k: statistics.median(v) for k, v in results.items()}
     print("medians: " + ", ".join(f"{k} {v:,.0f} rows/s" for k, v in med.items()))
     print(f"astream warm / floor = {med['warm'] / med['floor']:.2f}x, cold / floor = {med['cold'] / med['floor']:.2f}x")
     print("first batch (cold, from constructing the dataset): " + ", ".join(
         f"{k} {statistics.median(v) * 1e3:.0f} ms" for k, v in firsts.items()))
-    print(f"resume at 90% to the first batch (cold, {RESUMES} per run), from constructing the dataset: " + ", ".join(
-        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in resumes.items()))
-    print("                                   ... from load_state_dict: " + ", ".join(
-        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in from_state.items()))
     if "hf" in med:
         print(f"astream warm / hf = {med['warm'] / med['hf']:.2f}x, cold / hf = {med['cold'] / med['hf']:.2f}x")
     if "lit warm" in med:
         print(f"astream warm / lit warm = {med['warm'] / med['lit warm']:.2f}x, cold / lit cold = "
               f"{med['cold'] / med['lit cold']:.2f}x (lit's index_parquet_dataset: "
               f"{statistics.median(lit_index) * 1e3:.0f} ms, not in its cold pass)")
-    print("resume floor (the steps alone, no agent or engine): " + ", ".join(
-        f"{k} {statistics.median(v) * 1e3:.1f} ms" for k, v in floors.items()))
-    peers = [k for k in ("hf", "lit") if k in resumes]
-    for label, table in (("from construction", resumes), ("from load_state_dict", from_state)):
-        mine = statistics.median(table["astream"])
-        line = f"resume {label}: astream / its first batch = {mine / statistics.median(firsts['cold']):.2f}x"
-        if peers:
-            line += f", astream / fastest peer = {mine / min(statistics.median(table[k]) for k in peers):.2f}x"
-        print(line)
 
 
 if __name__ == "__main__":

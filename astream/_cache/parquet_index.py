@@ -6,7 +6,8 @@ remote needs it: a web server cannot list), else lists the folder or prefix and 
 each file's footer with ranged reads of its end (its size first, so no suffix range is
 ever asked for). Footers already in the local cache's copy are reused when the file's
 size and etag are unchanged. The row-group index built from the footers is written to
-the local cache as ``index.json``, where the node agent reads it like any other.
+the local cache as ``index.json``, as an MDS stream's is (the node agent is handed the
+dataset's parsed index instead, see :mod:`astream._dataset.provider`).
 """
 
 from __future__ import annotations

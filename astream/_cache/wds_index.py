@@ -6,7 +6,8 @@ headers are scanned once: in place for a local folder, else through a copy in th
 cache, which stays there as the cached tar when the cache has no ``cache_limit`` (each tar
 is then fetched once) and is removed otherwise. Scans already in the local cache's copy are reused
 while a tar's size and etag are unchanged. The index is written to the local cache as
-``index.json``, where the node agent reads it.
+``index.json``, as an MDS stream's is (the node agent is handed the
+dataset's parsed index instead, see :mod:`astream._dataset.provider`).
 """
 
 from __future__ import annotations

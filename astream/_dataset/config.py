@@ -210,7 +210,7 @@ class DatasetConfig:
             ))
         # pinned_at_once=1: readers of a bounded cache pin one batch each (checked, with the
         # node's readers, by check_dataset_cache at the start of an epoch).
-        return CacheProviderFactory(tuple(specs), self.max_concurrency, pinned_at_once=1)
+        return CacheProviderFactory(tuple(specs), self.max_concurrency, pinned_at_once=1, indexes=tuple(indexes))
 
 
 def _check_transform(transform: Any) -> Callable[[Any], Any] | None:

@@ -243,7 +243,7 @@ class StreamingDataset(RandomAccess):
         loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
         warm = self.__dict__.get("_warm")
         if warm is not None:
-            warm.overtaken()  # the iteration asks for its shards itself now
+            await warm.hand_over(node)  # the iteration asks for its shards itself now
         resume = self.run.fix_run_values()
         assert self.run.ncn is not None
         # A cache_limit too small for the node's readers fails here, before any download.

@@ -2,8 +2,12 @@
 
 The agent (one per node, see ``astream._coord``) owns one :class:`ShardEngine` per
 stream; ranks and workers ask it for shards by key ``"<stream>/<shard>"`` (numbers).
-The factory is picklable: it travels to the agent's process, which builds the
-engines there from the index files the dataset already put in the local caches.
+The factory is picklable: it travels to the agent's process (or thread) with the
+indexes the dataset already holds, which the engines are built from. It does not read
+them back from the ``index.json`` files in the local caches: that is a parse on the
+first batch's path, and such a file may by then be another dataset's (one on the same
+``local`` with other Parquet ``columns`` rewrites it), whose shards would be served
+under this one's keys.
 
 With a ``cache_limit`` the readers of the node also tell the agent their epoch's shard
 uses and how far they have come (:class:`~astream._cache.eviction.NodePlan`): room is
@@ -21,7 +25,7 @@ import logging
 import os
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, cast
 
 import numpy as np
@@ -105,9 +109,15 @@ class CacheProviderFactory:
     streams: tuple[EngineSpec, ...]
     max_concurrency: int = 8
     pinned_at_once: int = 2
+    # Each stream's index as the dataset parsed it (None: read each stream's index.json).
+    indexes: tuple[Index, ...] | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.indexes is not None and len(self.indexes) != len(self.streams):
+            raise ConfigError(f"{len(self.indexes)} indexes for {len(self.streams)} streams")
 
     def __call__(self) -> CacheProvider:
-        return CacheProvider(self.streams, self.max_concurrency, self.pinned_at_once)
+        return CacheProvider(self.streams, self.max_concurrency, self.pinned_at_once, self.indexes)
 
 
 Key = tuple[int, int]
@@ -120,8 +130,10 @@ class CacheProvider:
     process of the node holds, and may evict it once nobody does.
     """
 
-    def __init__(self, streams: Sequence[EngineSpec], max_concurrency: int, pinned_at_once: int) -> None:
+    def __init__(self, streams: Sequence[EngineSpec], max_concurrency: int, pinned_at_once: int,
+                 indexes: Sequence[Index] | None = None) -> None:
         self._specs = list(streams)
+        self._indexes = None if indexes is None else list(indexes)
         self._max_concurrency = max_concurrency
         self._pinned_at_once = pinned_at_once
         self._engines: list[ShardEngine] = []
@@ -140,9 +152,12 @@ class CacheProvider:
     async def rebuild(self) -> None:
         """Build and start the engines; each scans its cache folder (the disk is the truth)."""
         self._executor = PriorityExecutor(min(4, os.cpu_count() or 1) + 1)
-        for spec in self._specs:
-            root = os.path.join(spec.local, spec.split) if spec.split else spec.local
-            index = Index.load(os.path.join(root, INDEX_NAME))
+        for i, spec in enumerate(self._specs):
+            if self._indexes is not None:
+                index = self._indexes[i]
+            else:
+                root = os.path.join(spec.local, spec.split) if spec.split else spec.local
+                index = Index.load(os.path.join(root, INDEX_NAME))
             options = StorageOptions(
                 timeouts=Timeouts(download=spec.download_timeout),
                 retry=RetryPolicy(retries=spec.download_retry),

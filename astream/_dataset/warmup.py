@@ -16,14 +16,21 @@ raised before, and nothing more.
 
 - :meth:`WarmStart.redirect`: a state loaded before the first iteration moves it to the
   resume point: the shards found there are prefetched, and the earlier ones withdrawn (the
-  agent stops a transfer nobody else wants, already running or not).
+  agent stops a transfer nobody else wants, already running or not). A start still joining
+  then neither asks for the epoch nor plans it.
 - :meth:`WarmStart.astop` (the dataset's ``close``/``aclose``) and :meth:`WarmStart.stop_soon`
   (the dataset collected unclosed): its client leaves the node, which withdraws what it
   prefetched and nobody else wants; a node agent on a thread of this process then ends
   after its linger, as it would after an iteration.
-- :meth:`WarmStart.overtaken`: an iteration began before it got as far as prefetching (the
-  program iterates at once): what is left, the iteration asks for itself, and the warm
-  start stays out of its way (no second planning, no request after the reader's).
+- :meth:`WarmStart.hand_over`: an iteration began (its client joined): what is left, the
+  iteration asks for itself, and the warm start stays out of its way (no second planning,
+  no request after the reader's). A loaded state's shards not yet asked for are asked
+  for then, on the iteration's client: ``Loader(); load_state_dict(); next()`` in a row
+  is a resume, where the iteration's client joins before this start's (it connects while
+  the agent starts), and the barrier and the reader's set-up come before the reader's own
+  request; the transfer overlaps them instead. (Opening the row group ahead on a thread
+  was tried too: on two loaded cores its decode then fights the loop's set-up for the GIL
+  and the first batch came later.)
 - It belongs to the process that made it. A dataset pickled into a worker has none (the
   worker's iteration asks for its own shards), and in a forked child it does nothing: the
   loop it ran on does not exist there.
@@ -68,6 +75,8 @@ class WarmStart:
         self._stopped = False
         self._redirected = False
         self._overtaken = False
+        self._resume_keys: list[str] | None = None  # a loaded state's first shards
+        self._handed: list[str] | None = None  # those the iteration asked for itself
 
     def start(self, keys_at: KeysAt) -> None:
         """Join the node and prefetch ``keys_at(the node's next epoch)``, in the background."""
@@ -75,12 +84,25 @@ class WarmStart:
 
     def redirect(self, keys: list[str]) -> None:
         """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's)."""
-        self._redirected = True  # a start still planning skips its own prefetch
-        self._submit(self._prefetch(keys))
+        self._redirected = True  # a start still joining or planning skips the rest
+        self._resume_keys = list(keys)
+        self._submit(self._prefetch(keys, overtaken_ok=True), overtaken_ok=True)
 
-    def overtaken(self) -> None:
-        """An iteration has begun: prefetch nothing more (the reader asks for its shards)."""
+    async def hand_over(self, node: AsyncNodeClient) -> None:
+        """An iteration has begun, its client ``node`` joined: plan and prefetch nothing more
+        (the reader asks for its shards). A loaded state's shards are asked for on ``node``
+        now (one message): the iteration's client joins the node before this start's (it
+        connected while the agent was starting), so the transfer overlaps the iteration's
+        barrier and its reader's set-up instead of following them."""
         self._overtaken = True
+        keys = self._resume_keys
+        if keys is None or self._handed is not None or self._stopped or os.getpid() != self._pid:
+            return
+        self._handed = keys
+        try:
+            await node.prefetch(keys, first=True)
+        except Exception as exc:  # a hint: the iteration's own calls meet it, with its error
+            log.debug("astream: the warm start's hand-over failed: %s", exc)
 
     async def astop(self) -> None:
         """Stop, on the loop it runs on: its client leaves the node; idempotent."""
@@ -105,16 +127,16 @@ class WarmStart:
             loop.call_soon_threadsafe(lambda: loop.create_task(self.astop()))
 
     # -- on the loop ------------------------------------------------------------------------
-    def _submit(self, coro: Coroutine[Any, Any, None]) -> None:
+    def _submit(self, coro: Coroutine[Any, Any, None], *, overtaken_ok: bool = False) -> None:
         if os.getpid() != self._pid or self._stopped:
             coro.close()
             return
         try:
-            self._portal.submit(self._tracked(coro))
+            self._portal.submit(self._tracked(coro, overtaken_ok))
         except Exception:  # (a closed loop thread: nothing to warm up any more)
             coro.close()
 
-    async def _tracked(self, coro: Coroutine[Any, Any, None]) -> None:
+    async def _tracked(self, coro: Coroutine[Any, Any, None], overtaken_ok: bool) -> None:
         task = asyncio.current_task()
         assert task is not None
         self._tasks.add(task)
@@ -122,7 +144,7 @@ class WarmStart:
             self._lock = asyncio.Lock()
         try:
             async with self._lock:  # in the order they were asked for
-                if not self._stopped and not self._overtaken:
+                if not self._stopped and (overtaken_ok or not self._overtaken):
                     await coro
         except Exception as exc:
             log.debug("astream: the dataset's warm start stopped: %s", exc)
@@ -138,6 +160,8 @@ class WarmStart:
 
     async def _start(self, keys_at: KeysAt) -> None:
         client = await self._joined()
+        if self._overtaken or self._redirected:
+            return  # the iteration asks, or a loaded state's prefetch (queued behind) goes now
         epoch = await client.get_epoch()
         if self._overtaken or self._redirected:
             return
@@ -145,13 +169,15 @@ class WarmStart:
         if not self._redirected:
             await self._prefetch(keys)
 
-    async def _prefetch(self, keys: list[str]) -> None:
+    async def _prefetch(self, keys: list[str], *, overtaken_ok: bool = False) -> None:
         client = await self._joined()
-        if self._overtaken:
+        if self._overtaken and not overtaken_ok:
             return
         dropped = sorted(set(self._keys) - set(keys))
         if dropped:
             await client.withdraw(dropped)
         self._keys = list(keys)
+        if keys == self._handed:
+            return  # the iteration asked for them on its own client
         if keys:
             await client.prefetch(keys, first=True)

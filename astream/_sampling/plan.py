@@ -139,7 +139,7 @@ class EpochPlan:
         self.num_samples = int(sum(sizes))
         # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
         self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
-        self._last_parts: tuple[frozenset[int], ShuffleParts] | None = None
+        self._last_parts: tuple[dict[int, int], ShuffleParts] | None = None
         self._check_world()
 
     def _check_world(self) -> None:
@@ -267,8 +267,10 @@ class EpochPlan:
         """The shuffle's slices for these positions' canonical nodes (whole if already made).
 
         A worker's positions come from few canonical nodes (one of every P when C >= P), so
-        the other nodes' results are skipped (their random draws are still made). The last
-        partial shuffle is kept: the workers of one node share their canonical nodes.
+        the other nodes' results are skipped (their random draws are still made), and of
+        each node only the part from its first position used on (a resumed epoch uses the
+        rest of each node: py1e then orders only that part). The last partial shuffle is
+        kept: the workers of one node share their canonical nodes.
         """
         if not self.shuffle:
             return None
@@ -277,9 +279,16 @@ class EpochPlan:
         if "shuffle_ids" in self.__dict__:  # the whole shuffle is cached already
             return ShuffleParts(bounds, full=self.shuffle_ids)
         used = positions[positions >= 0]
-        keep = frozenset(sorted_unique(np.searchsorted(bounds, used, side="right") - 1).tolist())
+        nodes = np.searchsorted(bounds, used, side="right") - 1
+        keep: dict[int, int] = {}
+        if used.size:
+            # Per node, its first position used (relative to the node).
+            firsts = np.full(c, n, np.int64)
+            np.minimum.at(firsts, nodes, used)
+            for node in sorted_unique(nodes).tolist():
+                keep[node] = int(firsts[node] - bounds[node])
         cached = self._last_parts
-        if cached is not None and cached[0] >= keep:
+        if cached is not None and all(k in cached[0] and cached[0][k] <= v for k, v in keep.items()):
             return cached[1]
         parts = shuffle_parts(self.shuffle_algo, self.resampled.units, c, self.shuffle_seed,
                               self.epoch, self.shuffle_block_size, keep)

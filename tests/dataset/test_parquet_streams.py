@@ -17,9 +17,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from astream import MDSWriter
+from astream._coord.world import World
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
+from astream._sampling.order import worker_batches
 from astream.cli import main as cli
 from astream.errors import (
     ConfigError,
@@ -309,3 +311,71 @@ def test_unshuffled_batches_are_runs_of_rows_exact(folder: tuple[Path, dict[int,
         assert seen == sorted(truth)
     finally:
         ds.close()
+
+
+def test_two_projections_on_one_local_cache_each_resume_exact(folder: tuple[Path, dict[int, dict[str, Any]]],
+                                                              tmp_path: Path) -> None:
+    # A dataset's node agent serves the index that dataset built, not the index.json in the
+    # cache folder, which a later dataset on the same folder with other columns rewrote (its
+    # row groups are other shards: the agent used to serve those, a ShardFormatError here).
+    root, truth = folder
+    cache = str(tmp_path / "cache")
+    columns = ["id", "s", "lst"]
+    narrow = StreamingDataset(remote=str(root), local=cache, format="parquet", columns=columns, batch_size=50)
+    wide = StreamingDataset(remote=str(root), local=cache, format="parquet", batch_size=50)
+    try:
+        loader = Loader(narrow, drop_last=False)
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 5000})
+        rows = [row for batch in loader for row in data.rows(batch)]
+        loader.close()
+        assert [r["id"] for r in rows] == sorted(truth)[5000:]
+        assert all(data.same(r, {k: truth[r["id"]][k] for k in columns}) for r in rows)
+        loader = Loader(wide, drop_last=False)
+        assert [i for batch in loader for i in _check(batch, truth)] == sorted(truth)
+        loader.close()
+    finally:
+        narrow.close()
+        wide.close()
+
+
+def test_shuffled_resume_on_two_nodes_every_row_once_exact(folder: tuple[Path, dict[int, dict[str, Any]]],
+                                                            tmp_path: Path) -> None:
+    # py1e resumed mid-epoch orders only the rest of each canonical node (the tail of its
+    # argsort): the rows seen before the state and after it on another world, two nodes
+    # of one rank (each its own cache and agent), are every row once, exact.
+    root, truth = folder
+
+    def make(rank: int, nodes: int) -> StreamingDataset:
+        return StreamingDataset(remote=str(root), local=str(tmp_path / f"cache{nodes}.{rank}"), format="parquet",
+                                shuffle=True, shuffle_seed=3, num_canonical_nodes=2, batch_size=40,
+                                world=World(rank=rank, world_size=nodes, local_rank=0, ranks_per_node=1))
+
+    first = make(0, 1)
+    loader = Loader(first, drop_last=False)
+    seen: list[int] = []
+    for n, batch in enumerate(loader, start=1):
+        seen.extend(_check(batch, truth))
+        if n == 100:
+            break
+    state = loader.state_dict()
+    loader.close()
+    first.close()
+    rest: list[int] = []
+    ids = sorted(truth)  # sample i of the dataset is the i-th row of the files in order
+    for rank in range(2):
+        ds = make(rank, 2)
+        resumed = Loader(ds, drop_last=False)
+        resumed.load_state_dict(state)
+        mine = [i for batch in resumed for i in _check(batch, truth)]
+        resumed.close()
+        # The same plan with the whole shuffle computed: the rank's order is its tail.
+        whole = ds.config.epoch_plan(ds.sample_map.stream_shard_sizes(), num_canonical_nodes=2, shuffle_seed=3,
+                                     initial_physical_nodes=1, epoch=0, sample_in_epoch=4000, workers_per_rank=1,
+                                     batch_size=40)
+        assert len(whole.shuffle_ids) == TOTAL
+        order = worker_batches(whole, rank, 0, 0)
+        assert mine == [ids[k] for k in order.ids[: order.num_samples].tolist()]
+        rest.extend(mine)
+        ds.close()
+    assert len(seen) == 4000
+    assert sorted(seen + rest) == sorted(truth)

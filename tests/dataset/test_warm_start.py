@@ -14,12 +14,13 @@ import gc
 import json
 import pickle
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
+from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream.testing import Fault, LoopbackServer
 
@@ -120,11 +121,69 @@ def test_a_loaded_state_redirects_it(root: Path, server: LoopbackServer, tmp_pat
 
 
 def _withdrawn(ds: StreamingDataset) -> int:
+    return _agent_count(ds, "withdrawn")
+
+
+def _agent_count(ds: StreamingDataset, name: str) -> int:
     async def ask() -> int:
         async with ds.session.new_client(7, 8, role="worker") as client:  # a bystander's view of the node
-            return int((await client.stats()).get("withdrawn", 0))
+            return int((await client.stats()).get(name, 0))
 
     return asyncio.run(ask())
+
+
+def test_a_state_loaded_right_before_iterating_is_prefetched(root: Path, server: LoopbackServer,
+                                                               tmp_path: Path) -> None:
+    # Loader(), load_state_dict(), then iterating at once (a resume): the iteration begins
+    # before the warm start has joined the node, and the resume point's prefetch still goes
+    # (its keys are known; it overlaps the iteration's barrier and set-up). The start of
+    # the epoch is never asked for.
+    names = _names(root)
+    ds = _dataset(server, tmp_path, "warm-resume-at-once")
+    try:
+        loader = Loader(ds)
+        at = 150
+        loader.load_state_dict({"epoch": 0, "sample_in_epoch": at, "num_canonical_nodes": 1,
+                                "shuffle_seed": 9176, "initial_physical_nodes": 1})
+        assert [int(i) for b in loader for i in b["id"]] == list(range(at, N))
+        _until(lambda: _agent_count(ds, "op_prefetch") >= 1, "the resume point's prefetch")
+        assert names[0] not in _fetched(server)
+    finally:
+        ds.close()
+
+
+def test_the_iteration_asks_for_a_loaded_state_s_shard_before_its_reader_does(
+        root: Path, server: LoopbackServer, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Its client joins before the warm start's (it connects while the agent starts), and
+    # the barrier and the reader's set-up come before the reader's request: the resume
+    # point's shard is asked for on it as soon as it joined, so the transfer overlaps them.
+    calls: list[tuple[str, str, tuple[str, ...]]] = []
+    prefetch, ensure_many = AsyncNodeClient.prefetch, AsyncNodeClient.ensure_many
+
+    async def spy_prefetch(self: AsyncNodeClient, keys: Sequence[str], *, first: bool = False) -> None:
+        calls.append((self.member, "prefetch", tuple(keys)))
+        await prefetch(self, keys, first=first)
+
+    async def spy_ensure(self: AsyncNodeClient, keys: Sequence[str], *, pin: bool = False,
+                         first: bool = False) -> list[str]:
+        calls.append((self.member, "ensure", tuple(keys)))
+        return await ensure_many(self, keys, pin=pin, first=first)
+
+    monkeypatch.setattr(AsyncNodeClient, "prefetch", spy_prefetch)
+    monkeypatch.setattr(AsyncNodeClient, "ensure_many", spy_ensure)
+    ds = _dataset(server, tmp_path, "warm-hand-over")
+    try:
+        loader = Loader(ds)
+        at = 150
+        loader.load_state_dict({"epoch": 0, "sample_in_epoch": at, "num_canonical_nodes": 1,
+                                "shuffle_seed": 9176, "initial_physical_nodes": 1})
+        assert [int(i) for b in loader for i in b["id"]] == list(range(at, N))
+    finally:
+        ds.close()
+    key = f"0/{ds.sample_map.locate_one(at)[0]}"
+    mine = [(op, keys) for member, op, keys in calls if member == "rank0.main"]
+    assert mine[0][0] == "prefetch"  # before any request of its reader
+    assert key in mine[0][1]
 
 
 @pytest.mark.parametrize("how", ["close", "collect"])

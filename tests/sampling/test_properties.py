@@ -5,10 +5,12 @@ from __future__ import annotations
 import math
 
 import numpy as np
+import pytest
 from hypothesis import assume, given, settings
 from hypothesis import strategies as st
 
 from astream._sampling.shuffle import shuffle_parts
+from astream._sampling.shuffle.py1e import tail_order
 from astream.sampling import SHUFFLE_ALGOS, EpochPlan, get_partitions, get_shuffle
 
 from .strategies import SHARD_AWARE, block_sizes, canonical_nodes, epochs, seeds, shard_sizes
@@ -149,6 +151,41 @@ def test_partial_shuffles_are_slices_of_the_whole(algo, sizes, ncn, seed, epoch,
     mapped = positions.copy()
     parts.map_positions(mapped)
     assert np.array_equal(mapped, np.where(positions >= 0, whole[positions], -1))
+
+
+@FAST
+@given(st.sampled_from(SHUFFLE_ALGOS), shard_sizes(min_total=8), canonical_nodes, seeds, epochs, block_sizes,
+       st.data())
+def test_nodes_computed_from_a_position_on_are_the_tails_of_the_whole(algo, sizes, ncn, seed, epoch, block,
+                                                                      data) -> None:
+    """A node wanted from a position on (a resumed epoch) gives exactly that tail of its slice,
+    and a position before it is refused, never mapped to a wrong id."""
+    assume(sum(sizes) >= ncn)
+    whole = get_shuffle(algo, sizes, ncn, seed, epoch, block)
+    n = sum(sizes)
+    bounds = [n * node // ncn for node in range(ncn + 1)]
+    nodes = data.draw(st.sets(st.integers(0, ncn - 1), min_size=1))
+    keep = {node: data.draw(st.integers(0, bounds[node + 1] - bounds[node] - 1)) for node in nodes}
+    parts = shuffle_parts(algo, sizes, ncn, seed, epoch, block, keep)
+    for node, start in keep.items():
+        lo, hi = bounds[node], bounds[node + 1]
+        got = parts.full[lo:hi] if parts.full is not None else parts.parts[node]
+        assert np.array_equal(got[start:], whole[lo + start : hi])
+        positions = np.arange(lo + start, hi, dtype=np.int64)
+        parts.map_positions(positions)
+        assert np.array_equal(positions, whole[lo + start : hi])
+        if start and parts.full is None and parts.starts.get(node):
+            with pytest.raises(KeyError):
+                parts.map_positions(np.array([lo + start - 1], np.int64))
+
+
+def test_a_resumed_py1e_node_with_tied_positions_falls_back_to_the_full_sort() -> None:
+    """Ties make the full argsort's order matter: the tail is then not sorted apart."""
+    positions = np.array([3.0, 1.0, 2.0, 2.0, 5.0, 4.0])
+    assert tail_order(positions, 2) is None  # the two 2.0 straddle the cut
+    assert tail_order(np.array([3.0, 1.0, 5.0, 5.0, 0.5]), 2) is None  # a tie inside the tail
+    free = np.array([3.0, 1.0, 2.5, 2.0, 5.0, 4.0])
+    assert np.array_equal(tail_order(free, 2), np.argsort(free)[2:])
 
 
 @FAST

@@ -6,12 +6,14 @@ the output. The draws must all be made, in order, for every node (one node's dra
 where the next node's stream starts) but a generator's ``shuffle`` consumes draws that
 depend only on the *length* shuffled. So a node whose result nobody needs is walked over
 a scratch buffer: same draws, no O(node) result kept, and for py1e no ``argsort``. This is
-what lets one worker compute its slice of the epoch without the whole shuffle.
+what lets one worker compute its slice of the epoch without the whole shuffle. A node
+may also be wanted from a position on (a resumed epoch reads only the rest of it): py1e
+then orders only that part of the node (see :mod:`.py1e`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -29,11 +31,13 @@ class NodeVisitor(Protocol):
     def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
         """Draws made once, after the span prefix and before the first node."""
 
-    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool,
+              start: int = 0) -> None:
         """Permute ``ids`` (the node's samples in span order) in place.
 
         When ``kept`` is false ``ids`` is scratch of the right length: make the same draws,
-        skip any work whose only purpose is the result.
+        skip any work whose only purpose is the result. Only ``ids[start:]`` of the result
+        is wanted: a visitor may leave the positions before ``start`` unspecified.
         """
 
 
@@ -45,11 +49,14 @@ class ShuffleParts:
         bounds: ``C + 1`` position bounds, node ``p`` owning ``[bounds[p], bounds[p+1])``.
         full: the whole permutation, when computed.
         parts: otherwise, the permutation's slice of each node computed.
+        starts: per node of ``parts``, the first position (in the node) it holds; those
+            before it are unspecified.
     """
 
     bounds: Int64Array
     full: Int64Array | None = None
     parts: dict[int, Int64Array] = field(default_factory=dict)
+    starts: dict[int, int] = field(default_factory=dict)
 
     def nodes_of(self, positions: Int64Array) -> Int64Array:
         """Canonical node owning each (non-negative) position."""
@@ -59,7 +66,8 @@ class ShuffleParts:
         """Replace positions by their shuffled ids, in place (``-1`` kept).
 
         Raises:
-            KeyError: a position falls in a canonical node that was not computed.
+            KeyError: a position falls in a canonical node, or the part of one, that was
+                not computed.
         """
         if self.full is not None:
             valid = positions >= 0
@@ -69,7 +77,11 @@ class ShuffleParts:
         nodes = self.nodes_of(positions[indices])
         for node in sorted_unique(nodes).tolist():
             where = indices[nodes == node]
-            positions[where] = self.parts[node][positions[where] - self.bounds[node]]
+            offsets = positions[where] - self.bounds[node]
+            start = self.starts.get(node, 0)
+            if start and int(offsets.min()) < start:
+                raise KeyError(f"canonical node {node} was computed from position {start} on only")
+            positions[where] = self.parts[node][offsets]
 
 
 def shuffle_nodes(
@@ -83,7 +95,8 @@ def shuffle_nodes(
     """Run the span prefix, then ``visitor`` over every canonical node in order.
 
     Args:
-        keep: canonical nodes whose slice is wanted; ``None`` for the whole permutation.
+        keep: canonical nodes whose slice is wanted; ``None`` for the whole permutation. A
+            mapping gives each node's first position wanted (relative to the node).
     """
     spans, rng, _ = epoch_spans(shard_sizes, num_canonical_nodes, seed, epoch)
     visitor.before(rng, num_canonical_nodes)
@@ -101,13 +114,17 @@ def shuffle_nodes(
         result.full = ids
         return result
     wanted = set(keep)
+    starts = {int(k): int(v) for k, v in keep.items() if v > 0} if isinstance(keep, Mapping) else {}
     scratch = np.empty(int(np.diff(bounds).max(initial=0)), np.int64)
     for node in range(num_canonical_nodes):
         lo, hi = span_bounds[node], span_bounds[node + 1]
         if node in wanted:
             node_ids = segment_arange(spans.begins[lo:hi], spans.ends[lo:hi])
-            visitor.visit(rng, node, node_ids, sizes[lo:hi].tolist(), True)
+            start = starts.get(node, 0)
+            visitor.visit(rng, node, node_ids, sizes[lo:hi].tolist(), True, start)
             result.parts[node] = node_ids
+            if start:
+                result.starts[node] = start
         else:
             length = int(bounds[node + 1] - bounds[node])
             visitor.visit(rng, node, scratch[:length], sizes[lo:hi].tolist(), False)

@@ -38,7 +38,8 @@ class _Py1s:
     def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
         pass
 
-    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool,
+              start: int = 0) -> None:
         _shuffle_runs(rng, ids, span_sizes)
 
 
@@ -49,7 +50,8 @@ class _Py1b:
     def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
         pass
 
-    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool,
+              start: int = 0) -> None:
         for start in range(0, len(ids), self.block):
             if len(ids) - start > 1 and self.block > 1:
                 rng.shuffle(ids[start : start + self.block])
@@ -69,7 +71,8 @@ class _Py1br:
     def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
         self.stagger = rng.integers(0, self.low, (num_canonical_nodes,)).tolist()
 
-    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool,
+              start: int = 0) -> None:
         end, shift = len(ids), self.stagger[node]
         blocks: list[tuple[int, int]] = []
         cursor = 0

@@ -4,6 +4,14 @@ Inside each canonical node, every span's samples are shuffled, then each sample 
 its position jittered by a uniform shift whose range grows with ``block_size``, and the
 node's samples are reordered by the jittered positions. A shard's samples thus end up
 spread over about ``block_size`` positions around where the shard sits.
+
+That reordering is an ``argsort`` of the node's positions: most of the shuffle's time
+(~120 ms of ~165 for a node of 1M samples here). A resumed epoch wants only the node's
+order from a position ``start`` on; then only the largest ``len - start`` positions are
+found (``argpartition``) and sorted. That is exactly the tail of the full ``argsort``
+whenever the order there is unique: no two of those positions equal, and all above the
+rest. Ties (degenerate cases only: the shifts are uniform doubles) fall back to the full
+``argsort``, whose tie order MosaicML's matches.
 """
 
 from __future__ import annotations
@@ -12,6 +20,7 @@ import warnings
 from collections.abc import Collection
 
 import numpy as np
+import numpy.typing as npt
 
 from astream._sampling.shuffle.nodes import ShuffleParts, shuffle_nodes
 from astream._sampling.shuffle.spans import Int64Array
@@ -35,7 +44,8 @@ class _Py1e:
     def before(self, rng: np.random.Generator, num_canonical_nodes: int) -> None:
         self.num_canonical_nodes = num_canonical_nodes
 
-    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool) -> None:
+    def visit(self, rng: np.random.Generator, node: int, ids: Int64Array, span_sizes: list[int], kept: bool,
+              start: int = 0) -> None:
         node_size = len(ids)
         if node_size == 0:
             raise ConfigError(
@@ -64,11 +74,34 @@ class _Py1e:
             offset += size
         if positions is None:
             return
+        tail = tail_order(positions, start) if 0 < start < node_size else None
+        if tail is not None:
+            ids[start:] = ids[tail]  # (ids[:start] left as they are: not wanted)
+            return
         order = np.argsort(positions)
         # Gather through the positions buffer (free after the argsort) to save a temporary.
         gathered = positions.view(np.int64)
         np.take(ids, order, out=gathered)
         ids[:] = gathered
+
+
+def tail_order(positions: npt.NDArray[np.float64], start: int) -> Int64Array | None:
+    """``np.argsort(positions)[start:]`` without sorting the rest, or None where a tie among
+    those positions (or with the rest) would make the full sort's order matter.
+
+    ``0 < start < len(positions)``.
+    """
+    part = np.argpartition(positions, start)
+    tail = part[start:]
+    values = positions[tail]
+    order = np.argsort(values)
+    ranked = values[order]
+    if ranked.size > 1 and not bool((ranked[1:] > ranked[:-1]).all()):
+        return None
+    # The rest are at most ranked[0] (argpartition's promise): none may equal it.
+    if int(np.count_nonzero(positions == ranked[0])) != 1:
+        return None
+    return tail[order]
 
 
 def py1e_parts(
