@@ -60,8 +60,7 @@ Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
 # How often a reader waiting for more bytes of an arriving shard looks at its file.
 POLL_S = 0.004
-# How long a reader waits for a shard whose last bytes are arriving to land before it reads
-# its arriving file instead (see ArrivingShards.landing).
+# How long a reader waits for a shard to land before it reads its arriving file instead.
 GRACE_S = 0.03
 # The digest of a span not hashed when served: the file it was read from is compared.
 _FROM_SOURCE = -1
@@ -132,23 +131,6 @@ class ArrivingShards:
 
     def applies(self, shard: int) -> bool:
         return self._paths[shard] is not None
-
-    def landing(self, shard: int) -> bool:
-        """Whether ``shard`` is about to land: its arriving file lacks less than one run of
-        records (:data:`_BLOCK`), or no file of it is being written (not begun, or renamed a
-        moment ago), so waiting for it costs little. A shard with more to come is read from
-        its arriving file at once: the wait would be as long as its rest takes to arrive."""
-        if not self.applies(shard) or shard in self._off:
-            return True
-        try:
-            held = self._file(shard)
-            if held is None:
-                return True
-            size = os.fstat(held.fd).st_size
-        except OSError:
-            return True
-        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        return info.raw_data.bytes - size < _BLOCK
 
     def _file(self, shard: int) -> _Open | None:
         """The temporary file of ``shard`` now (None: not being written, or renamed already)."""

@@ -304,14 +304,11 @@ class EpochReader(AsyncResource):
         shards, offsets = self._shard[a:b], self._offset[a:b]
         pending = self._pending_in(a, b)
         first, self._first_fetch = self._first_fetch, False
-        if (pending and peek is None and arriving is not None and not first
-                and all(arriving.landing(shard) for shard in pending)):
+        if pending and peek is None and arriving is not None and not first:
             # A shard about to land is read from the cache: serving from its arriving file
             # pays only where the wait would be long (a slow link, a shard still decoding,
             # the first batch of an iteration); for a wait of a few milliseconds the copies
-            # and the contention with the download cost more than they save. A shard with
-            # more than a run still to come is read as it arrives: waiting for it would
-            # cost a whole grace period (or more) every time.
+            # and the contention with the download cost more than they save.
             await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
             pending = self._pending_in(a, b)
         if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:

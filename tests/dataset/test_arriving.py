@@ -49,12 +49,6 @@ def _check(batch: dict[str, Any]) -> list[int]:
     return ids
 
 
-def _check_kb(batch: dict[str, Any]) -> list[int]:
-    ids = batch["id"].tolist()
-    assert list(batch["b"]) == [bytes([i % 251]) * 1000 for i in ids]
-    return ids
-
-
 def _first_shard(remote: Path) -> tuple[str, str, int, int]:
     """(stored name, raw name, stored bytes, samples) of shard 0."""
     ds = StreamingDataset(local=str(remote), batch_size=BATCH)
@@ -135,37 +129,6 @@ def test_batches_of_an_arriving_shard_are_decoded_many_at_once(
     # Without windows over arriving records every one of these batches is decoded alone.
     assert sum(windows) >= served_early // 2, (windows, served_early)
     assert max(windows) >= 4 * BATCH
-
-
-def test_a_shard_with_much_still_to_come_is_read_as_it_arrives(
-    tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """The grace a shard about to land gets is not given to one with more than a run of
-    records still to come: the reader would wait as long as its rest takes to arrive."""
-    remote = tmp_path / "remote"
-    with MDSWriter(out=str(remote), columns={"id": "int64", "b": "bytes"}, size_limit="8mb") as writer:
-        for i in range(9_000):
-            writer.write({"id": i, "b": bytes([i % 251]) * 1000})
-    stored, raw, size, samples = _first_shard(remote)
-    # An hour: a reader that waits for the held shard before reading what arrived hangs
-    # (until the test's timeout); one that reads as it arrives never waits for it.
-    monkeypatch.setattr(reader_module, "GRACE_S", 3600.0)
-    cache = tmp_path / "cache"
-    with LoopbackServer(str(remote)) as server:
-        # Half of the 8 MB shard arrives, then the gate holds the rest (4 MB to come).
-        server.add(Fault("stall", match=stored, after=size // 2, ranged=False, gate=gate))
-        ds = StreamingDataset(remote=server.url, local=str(cache), batch_size=BATCH)
-        try:
-            it = iter(Loader(ds, batch_size=BATCH))
-            ids: list[int] = []
-            while len(ids) < samples * 2 // 5:  # past a quarter (the ranged read-ahead) and a 2 MB run
-                ids += _check_kb(next(it))
-            assert not (cache / raw).exists()
-            gate.set()
-            ids += [i for b in it for i in _check_kb(b)]
-        finally:
-            ds.close()
-    assert ids == list(range(9_000))
 
 
 def test_shuffled_epoch_while_arriving_equals_the_cached_one(remote: Path, tmp_path: Path) -> None:
