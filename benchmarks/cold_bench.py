@@ -16,7 +16,13 @@ a fresh process each time and interleaved (``--runs`` rounds):
   between making the ``Loader`` and iterating it (the program building its model): the
   first batch counts from the end of the pause;
 - ``base`` / ``base-resume``: as ``astream``, with the astream package found under
-  ``--base`` (another checkout: a before/after in the same run, under the same load).
+  ``--base`` (another checkout: a before/after in the same run, under the same load);
+- ``ranks`` / ``ranks-nofirst``: ``--ranks`` processes of one node (``RANK``/``WORLD_SIZE``/
+  ``LOCAL_RANK``/``LOCAL_WORLD_SIZE``, as a launcher sets them), one cache, each reading its
+  share of one epoch as ``astream`` does; the node agent runs in its own process. Each
+  rank's first batch is what a synchronous data-parallel step waits for (the slowest one).
+  ``ranks-nofirst`` is the same with the node's first-shards-first ordering switched off
+  (every request sent as a later shard's), to show what that ordering buys.
 
 Times count from the process's start of work, imports included (``import_s`` says how
 much of it they are). The peak RSS is summed over the process tree (``/proc``, every 20 ms).
@@ -64,7 +70,8 @@ BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir(
 BATCH = 32
 DATASETS = ("small", "large", "zstd")
 MODES = ("astream", "mosaic", "raw", "astream-resume", "mosaic-resume", "warm", "base", "base-resume",
-         "astream-pause", "base-pause")
+         "astream-pause", "base-pause", "ranks", "ranks-nofirst")
+RANK_MODES = ("ranks", "ranks-nofirst")
 RESUME_AT = 0.9
 
 
@@ -186,6 +193,73 @@ def worker_astream(remote: str | None, local: str, resume: int, profile: bool, p
     return {"import_s": import_s, "built_s": built, "cpu_s": _cpu(), **paused, **res}
 
 
+def worker_rank(remote: str, local: str, first: bool) -> dict[str, Any]:
+    """One rank of a node (its place from the launcher's variables): one epoch of its share."""
+    t0 = time.perf_counter()
+    wall0 = time.time()
+    from astream import Loader, StreamingDataset
+
+    if not first:
+        from astream._coord.client import AsyncNodeClient
+
+        # Every request goes as a later shard's: the node serves them in plan order alone.
+        ensure_many, prefetch = AsyncNodeClient.ensure_many, AsyncNodeClient.prefetch
+
+        async def no_first_ensure(self: Any, keys: Any, *, pin: bool = False, first: bool = False) -> Any:
+            return await ensure_many(self, keys, pin=pin, first=False)
+
+        async def no_first_prefetch(self: Any, keys: Any, *, first: bool = False) -> None:
+            await prefetch(self, keys, first=False)
+
+        AsyncNodeClient.ensure_many = no_first_ensure  # type: ignore[method-assign]
+        AsyncNodeClient.prefetch = no_first_prefetch  # type: ignore[method-assign]
+    import_s = time.perf_counter() - t0
+    ds = StreamingDataset(remote=remote, local=local, batch_size=BATCH)
+    built = time.perf_counter() - t0
+    loader = Loader(ds, batch_size=BATCH)
+    res = _iterate(loader, t0, False, False)
+    loader.close()
+    ds.close()
+    return {"import_s": import_s, "built_s": built, "cpu_s": _cpu(), "wall0": wall0, **res}
+
+
+def run_ranks(mode: str, name: str, root: Path, port: int, scratch: Path, ranks: int, run: int) -> dict[str, Any]:
+    """``ranks`` processes of one node over one empty cache; per rank its first batch and epoch."""
+    local = tempfile.mkdtemp(prefix=f"{mode}-", dir=str(scratch))
+    env = child_env(root.parent)
+    env["TMPDIR"] = tempfile.mkdtemp(prefix="tmp-", dir=str(scratch))
+    remote = f"http://127.0.0.1:{port}/bucket/{name}"
+    load_before = os.getloadavg()[0]
+    procs = []
+    try:
+        for rank in range(ranks):
+            env_r = {**env, "RANK": str(rank), "WORLD_SIZE": str(ranks), "LOCAL_RANK": str(rank),
+                     "LOCAL_WORLD_SIZE": str(ranks), "ASTREAM_RUN_ID": f"cold-{mode}-{name}-{run}-{os.getpid()}"}
+            cmd = [sys.executable, __file__, "--worker", mode, remote, local, "0", "0", "0"]
+            procs.append(subprocess.Popen(cmd, env=env_r, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+        out = []
+        for rank, proc in enumerate(procs):
+            stdout, err = proc.communicate(timeout=600)
+            if proc.returncode != 0:
+                raise SystemExit(f"{mode} {name} rank {rank} failed (exit {proc.returncode}):\n{err[-4000:]}")
+            out.append(json.loads(stdout.strip().splitlines()[-1]))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+        shutil.rmtree(local, ignore_errors=True)
+        shutil.rmtree(env["TMPDIR"], ignore_errors=True)
+    start = min(r["wall0"] for r in out)
+    return {
+        "first_s": [r["first_s"] for r in out],  # from each rank's own start
+        "first_ex_s": [r["first_s"] - r["import_s"] for r in out],
+        "total_s": [r["total_s"] for r in out],
+        "skew_s": max(r["wall0"] for r in out) - start,  # how far apart the ranks started
+        "samples": sum(r["samples"] for r in out),
+        "load": (load_before + os.getloadavg()[0]) / 2,
+    }
+
+
 def worker_mosaic(remote: str, local: str, resume: int, profile: bool) -> dict[str, Any]:
     import warnings
 
@@ -297,12 +371,15 @@ def main() -> None:
     parser.add_argument("--profile", action="store_true", help="also list astream's longest waits between batches")
     parser.add_argument("--json", help="also write the raw results here")
     parser.add_argument("--pause", type=float, default=0.5, help="seconds of the *-pause modes' pause")
+    parser.add_argument("--ranks", type=int, default=4, help="rank processes of the ranks modes")
     parser.add_argument("--worker", nargs=6, metavar=("LIB", "REMOTE", "LOCAL", "RESUME", "PROFILE", "PAUSE"))
     args = parser.parse_args()
     if args.worker:
         lib, remote, local, resume, profile, pause = args.worker
         if lib == "raw":
             print(json.dumps(worker_raw(remote, local)))
+        elif lib in RANK_MODES:
+            print(json.dumps(worker_rank(remote, local, lib == "ranks")))
         elif lib == "mosaic":
             print(json.dumps(worker_mosaic(remote, local, int(resume), profile == "1")))
         else:
@@ -335,6 +412,14 @@ def main() -> None:
                 # Every other round in reverse: on a loaded machine the first run of a round
                 # was up to 0.5 s slower (zstd), whichever mode it was.
                 for mode in args.modes if r % 2 == 0 else list(reversed(args.modes)):
+                    if mode in RANK_MODES:
+                        res = run_ranks(mode, name, root, port, scratch, args.ranks, r)
+                        results[(name, mode)].append(res)
+                        print(f"run {r + 1} {name:5s} {mode:14s} first per rank "
+                              f"{[round(f, 3) for f in res['first_ex_s']]} s (imports excluded), slowest epoch "
+                              f"{max(res['total_s']):.3f} s, start skew {res['skew_s']:.3f} s load {res['load']:.1f}",
+                              file=sys.stderr, flush=True)
+                        continue
                     res = run_one(mode, name, root, port, scratch, args.peer_python, args.profile, args.base,
                                   args.pause)
                     results[(name, mode)].append(res)
@@ -351,7 +436,29 @@ def main() -> None:
     report(results, root, args)
 
 
+def report_ranks(results: dict[tuple[str, str], list[dict[str, Any]]], args: Any) -> None:
+    runs = {k: rs for k, rs in results.items() if k[1] in RANK_MODES and rs}
+    if not runs:
+        return
+    print(f"\n{args.ranks} ranks on one node (one cache, the agent in its own process), medians over runs; "
+          "first batches count from each rank's own start, imports excluded unless said\n")
+    print("| dataset | mode | slowest rank's first batch s | fastest rank's | mean | slowest, imports included s "
+          "| slowest rank's epoch s | ranks' start skew s |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    for (name, mode), rs in runs.items():
+        print(f"| {name} | {mode} | {statistics.median(max(r['first_ex_s']) for r in rs):.3f} "
+              f"| {statistics.median(min(r['first_ex_s']) for r in rs):.3f} "
+              f"| {statistics.median(statistics.mean(r['first_ex_s']) for r in rs):.3f} "
+              f"| {statistics.median(max(r['first_s']) for r in rs):.3f} "
+              f"| {statistics.median(max(r['total_s']) for r in rs):.3f} "
+              f"| {statistics.median(r['skew_s'] for r in rs):.3f} |")
+
+
 def report(results: dict[tuple[str, str], list[dict[str, Any]]], root: Path, args: Any) -> None:
+    report_ranks(results, args)
+    results = {k: rs for k, rs in results.items() if k[1] not in RANK_MODES}
+    if not results:
+        return
     fields = ("total_s", "first_s", "import_s", "built_s", "rss_mb", "index_s", "ranged_s", "cpu_s", "paused_s")
     med = {k: {f: statistics.median(r[f] for r in rs) for f in fields if f in rs[0]} for k, rs in results.items() if rs}
     loads = [r["load"] for rs in results.values() for r in rs]

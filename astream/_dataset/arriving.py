@@ -269,6 +269,7 @@ class ArrivingShards:
         records = PeekedRecords(reader, np.arange(first, upto, dtype=np.int64),
                                 [self._head_span[shard], (int(head[first]), int(head[upto]), _FROM_SOURCE)])
         records.source = held.ident
+        records.run = first
         return records
 
     def note(self, shard: int, records: PeekedRecords) -> None:

@@ -83,6 +83,20 @@ class PeekedRecords:
         self.spans = spans
         # (st_dev, st_ino) of the cache's temporary the spans were read from; None: the remote.
         self.source: tuple[int, int] | None = None
+        # Set when the entries are records ``run, run + 1, ...`` back to back (a run of an
+        # arriving file): the reader may then decode many batches of it at once.
+        self.run: int | None = None
+
+    @property
+    def reader(self) -> ShardReader:
+        """The small shard the records are entries of (entry i is record ``offsets[i]``)."""
+        return self._reader
+
+    def run_covers(self, offsets: Int64Array) -> npt.NDArray[np.bool_]:
+        """Per record of ``offsets``: whether it is an entry of this run (all False if no run)."""
+        if self.run is None:
+            return np.zeros(len(offsets), bool)
+        return (offsets >= self.run) & (offsets < self.run + len(self._offsets))
 
     def get_batch(self, offsets: Int64Array) -> dict[str, Any]:
         return self._reader.get_batch(np.searchsorted(self._offsets, offsets))

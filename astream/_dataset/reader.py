@@ -292,6 +292,10 @@ class EpochReader(AsyncResource):
         or the remote (:mod:`astream._dataset.peek`), whichever is first. Returns the
         records read early, by shard (empty: all from the cache)."""
         self._raise_failed_checks()
+        if self._ahead is not None and self._ahead.covers(a, b):
+            # Decoded already, from ready leases or from a run of a shard still arriving
+            # (whose spans were noted, to check, when that run was served).
+            return {}
         peek = self._peek if self._reading_ahead else None
         arriving = self._arriving
         if peek is None and arriving is None:
@@ -435,12 +439,12 @@ class EpochReader(AsyncResource):
             # once for many batches, also from one shard. Fixed-size rows of one shard are
             # one take already.
             layout = self._smap.layouts[shard]
-            if (whole and not peeked and isinstance(layout, RecordLayout) and layout.num_var
-                    and (ahead := self._decode_ahead(k, done)) is not None):
+            if (whole and isinstance(layout, RecordLayout) and layout.num_var
+                    and (ahead := self._decode_ahead(k, done, peeked)) is not None):
                 return ahead.batch(a, b)
             return self._reader(shard, peeked).get_batch(offsets)
         if whole:
-            if not peeked and (ahead := self._decode_ahead(k, done)) is not None:
+            if (ahead := self._decode_ahead(k, done, peeked)) is not None:
                 return ahead.batch(a, b)
             if self._groups is None:
                 self._groups = BatchGroups(self._shard, self._offset, bounds)
@@ -451,19 +455,28 @@ class EpochReader(AsyncResource):
         sources = [self._reader(g, peeked) for g in uniq]
         return gather_batch(sources, groups, parts, b - a, f"shards {uniq}")
 
-    def _decode_ahead(self, k: int, done: DecodedAhead | None) -> DecodedAhead | None:
+    def _decode_ahead(self, k: int, done: DecodedAhead | None,
+                      peeked: dict[int, PeekedRecords] | None = None) -> DecodedAhead | None:
         """Batch ``k`` and the next ones decoded as one window, if that may be done now
-        (``done``: the window before, whose memory it may reuse).
+        (``done``: the window before, whose memory it may reuse; ``peeked``: the records
+        batch ``k`` was served early, by shard).
 
         Only positions held by ready leases (never with a bounded cache: its pins cover one
-        batch), records of ``SMALL_RECORD`` bytes or less on average, within ``AHEAD_BYTES``,
-        and at least two batches; else None (batch by batch).
+        batch) or by the runs of arriving shards batch ``k`` was served from, records of
+        ``SMALL_RECORD`` bytes or less on average, within ``AHEAD_BYTES``, and at least two
+        batches; else None (batch by batch).
         """
         bounds = self.order.bounds
         a = int(bounds[k])
         if self._bounded or a < self._ahead_off_until:
             return None
-        stop = self._readable_until(int(bounds[min(k + self._ahead_batches, len(bounds) - 1)]))
+        runs = {shard: got for shard, got in (peeked or {}).items() if got.run is not None}
+        if peeked and len(runs) < len(peeked):
+            return None  # (records from the remote, or a few of an arriving file: this batch alone)
+        want = int(bounds[min(k + self._ahead_batches, len(bounds) - 1)])
+        stop = self._readable_until(want)
+        if runs:
+            stop = self._in_runs_until(a, stop, want, runs)
         cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])
         if not len(cost) or cost[-1] > SMALL_RECORD * len(cost):
             self._ahead_off_until = stop  # large records: a shard's fixed cost is small beside them
@@ -473,9 +486,21 @@ class EpochReader(AsyncResource):
         if last - k < 2:
             return None
         stop = int(bounds[last])
+        offsets = self._offset[a:stop]
+        if runs:
+            # A run's records are entries 0, 1, ... of its small shard (offsets name
+            # entries in the window's errors too).
+            offsets = offsets.copy()
+            in_window = self._shard[a:stop]
+            for shard, got in runs.items():
+                offsets[in_window == shard] -= got.run or 0
+
+        def source(g: int) -> SampleSource:
+            got = runs.get(g)
+            return got.reader if got is not None else self._shards.get(g, self._paths[g])
+
         try:
-            ahead = decode_ahead(self._smap.layouts, lambda g: self._shards.get(g, self._paths[g]),
-                                 self._shard[a:stop], self._offset[a:stop], a, done)
+            ahead = decode_ahead(self._smap.layouts, source, self._shard[a:stop], offsets, a, done)
         except AstreamError:
             ahead = None  # read batch by batch: the error comes with the batch it belongs to
         if ahead is None:
@@ -485,6 +510,20 @@ class EpochReader(AsyncResource):
         self._ahead = ahead
         self._ahead_batches = min(2 * self._ahead_batches, WINDOW)
         return ahead
+
+    def _in_runs_until(self, a: int, readable: int, want: int, runs: dict[int, PeekedRecords]) -> int:
+        """The first position of ``a:want`` a window may not read: one of a shard of ``runs``
+        outside its run, or of another shard at or past ``readable`` (a lease not ready)."""
+        shards, offsets = self._shard[a:want], self._offset[a:want]
+        in_run = np.zeros(len(shards), bool)
+        covered = np.zeros(len(shards), bool)
+        for shard, got in runs.items():
+            mine = shards == shard
+            in_run |= mine
+            covered[mine] = got.run_covers(offsets[mine])
+        ok = np.where(in_run, covered, np.arange(a, want) < readable)
+        bad = np.flatnonzero(~ok)
+        return a + int(bad[0]) if len(bad) else want
 
     def _readable_until(self, stop: int) -> int:
         """The first position before ``stop`` a lease not ready yet may hold, else ``stop``.

@@ -10,6 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
+import astream._dataset.reader as reader_module
 import astream._storage.sink as sink
 from astream import MDSWriter
 from astream._dataset.arriving import ArrivingShards
@@ -91,6 +92,43 @@ def test_samples_come_from_a_shard_still_arriving(remote: Path, tmp_path: Path, 
         finally:
             ds.close()
     assert not [p for p in cache.iterdir() if p.name.endswith(".tmp")]
+
+
+def test_batches_of_an_arriving_shard_are_decoded_many_at_once(
+    remote: Path, tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A run of arrived records is decoded for many batches at once, as an installed shard's
+    are (one small shard per batch cost ~5x a warm batch), and the batches stay exact."""
+    stored, raw, size, samples = _first_shard(remote)
+    cache = tmp_path / "cache"
+    windows: list[int] = []  # positions of each window decoded while shard 0 was not installed
+    real = reader_module.decode_ahead
+
+    def spy(*args: Any, **kwargs: Any) -> Any:
+        ahead = real(*args, **kwargs)
+        if ahead is not None and not (cache / raw).exists():
+            windows.append(ahead.stop - ahead.start)
+        return ahead
+
+    monkeypatch.setattr(reader_module, "decode_ahead", spy)
+    with LoopbackServer(str(remote)) as server:
+        server.add(Fault("stall", match=stored, after=int(size * 0.6), ranged=False, gate=gate))
+        ds = StreamingDataset(remote=server.url, local=str(cache), batch_size=BATCH)
+        try:
+            it = iter(Loader(ds, batch_size=BATCH))
+            ids: list[int] = []
+            while len(ids) < samples // (3 if stored == raw else 5):
+                ids += _check(next(it))
+            assert not (cache / raw).exists()
+            served_early = len(ids)
+            gate.set()
+            ids += [i for b in it for i in _check(b)]
+        finally:
+            ds.close()
+    assert ids == list(range(N))
+    # Without windows over arriving records every one of these batches is decoded alone.
+    assert sum(windows) >= served_early // 2, (windows, served_early)
+    assert max(windows) >= 4 * BATCH
 
 
 def test_shuffled_epoch_while_arriving_equals_the_cached_one(remote: Path, tmp_path: Path) -> None:
