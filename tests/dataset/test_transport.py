@@ -26,6 +26,7 @@ from astream._dataset.transport import (
     PipeReader,
     PipeWriter,
     _pickled,
+    _plain,
     fd_passing_supported,
     recv_object,
     recv_rest,
@@ -81,6 +82,34 @@ def test_small_buffers_travel_in_the_pickle_and_arrive_writable() -> None:
     np.testing.assert_array_equal(got["frozen"], frozen)
     assert got["small"].flags.writeable
     assert not got["frozen"].flags.writeable  # as it was sent (and as out of band before)
+
+
+def test_large_strided_columns_still_travel_contiguous_out_of_band() -> None:
+    rows = np.arange(64 * 4096, dtype=np.int64).reshape(4096, 64)
+    column = rows[:, 3]  # strided, as a column of fixed-size records' rows
+    wide = rows[:, :40]  # 1.3 MB, strided
+    batch = {"ids": np.arange(4), "s": ["a", "b"], "wide": wide, "column": column}
+    assert not _plain(("batch", batch))  # the override's pickler, for the strided columns
+    assert _plain(("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows}))  # contiguous: the plain one
+    assert not _plain(["batch", batch])  # not a message of the usual shape: the override's pickler
+    _, raws = _pickled(("batch", batch))
+    assert [r.nbytes for r in raws] == [wide.nbytes]  # made contiguous, out of band; the column in band
+    a, b = mp.Pipe(duplex=False)
+    for message in (("batch", batch), ("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows})):
+        t = threading.Thread(target=send_object, args=(b, message))
+        t.start()
+        kind, got = recv_object(a)
+        t.join()
+        assert kind == "batch"
+        assert set(got) == set(message[1])
+        for key, value in message[1].items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(got[key], value)
+                assert got[key].flags.writeable
+            else:
+                assert got[key] == value
+    a.close()
+    b.close()
 
 
 def _sender(conn: Connection, messages: list[bytes]) -> None:
