@@ -2,8 +2,9 @@
 
 What it does:
 
-1. Uses the ``small`` set of ``peers_bench.py`` (50,000 x ~1 KB: ``id: int``, ``name:
-   str``, ``payload: bytes``; built there, under ``--data``), warm page cache.
+1. Uses a set of ``peers_bench.py`` (``--dataset``: ``small``, 50,000 x ~1 KB of ``id:
+   int``, ``name: str``, ``payload: bytes``; or ``large``, 1,000 x 100 KB; built there,
+   under ``--data``), warm page cache.
 2. For each code (this checkout, and ``--base DIR``: an extracted older ``astream``
    package, ``git archive <commit> astream | tar -x -C DIR``) and worker count
    (``--workers-list``), runs ``--runs`` fresh processes, the codes alternated; each
@@ -14,7 +15,9 @@ What it does:
    (its main thread, the event-loop thread ``astream-sync``, the pipe reader threads
    ``astream-reader-*`` together) and of the worker processes together, from
    ``/proc/<pid>/task/<tid>/stat`` (10 ms ticks; an epoch is ~1 s or more). The sum is
-   the machine's CPU a batch costs: on 2 cores, wall >= that sum / 2.
+   the machine's CPU a batch costs: on 2 cores, wall >= that sum / 2. ``start``: the
+   first epoch's wall time after its first batch minus the last epoch's (ms): what the
+   workers' start (forkserver, processes, the stand-ins' hand-off) adds to a first epoch.
 
 Usage::
 
@@ -36,7 +39,7 @@ from pathlib import Path
 
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 BATCH = 32
-SMALL = 50_000
+SIZES = {"small": 50_000, "large": 1_000}
 _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -84,30 +87,39 @@ def _descendants() -> dict[int, float]:
     return out
 
 
-def child(root: Path, workers: int, shuffle: bool, epochs: int, scale: int) -> dict[str, float]:
+def child(root: Path, name: str, workers: int, shuffle: bool, epochs: int, scale: int) -> dict[str, float]:
     from astream import Loader, StreamingDataset
 
-    ds = StreamingDataset(local=str(root / "small"), batch_size=BATCH, shuffle=shuffle, epoch_size=SMALL * scale)
+    size = SIZES[name]
+    ds = StreamingDataset(local=str(root / name), batch_size=BATCH, shuffle=shuffle, epoch_size=size * scale)
     # Read 200 batches before the epoch's end: the reader threads end with the epoch, and
     # their ticks with them.
-    near_end = SMALL * scale - 200 * BATCH
+    near_end = size * scale - 200 * BATCH
+    after_first: list[float] = []  # each epoch's wall time after its first batch
     with Loader(ds, num_workers=workers) as loader:
         for _ in range(epochs):
             threads0, kids0, began, n = _threads(), _descendants(), time.perf_counter(), 0
             threads1: dict[str, float] = {}
             kids1: dict[int, float] = {}
+            first = 0.0
             for batch in loader:
-                n += len(batch["id"])
+                n += len(next(iter(batch.values())))
+                if not first:
+                    first = time.perf_counter()
                 if not threads1 and n >= near_end:
                     threads1, kids1, at = _threads(), _descendants(), n
             wall = time.perf_counter() - began
+            after_first.append(time.perf_counter() - first)
     batches = at / BATCH
     per = {k: (v - threads0.get(k, 0.0)) / batches * 1e6 for k, v in threads1.items()}
     consumer = sum(per.values())
     kids = sum(v - kids0.get(pid, 0.0) for pid, v in kids1.items()) / batches * 1e6
     return {"wall_us": wall / (n / BATCH) * 1e6, "main_us": per.get("MainThread", 0.0),
             "loop_us": per.get("astream-sync", 0.0), "readers_us": per.get("reader", 0.0),
-            "consumer_us": consumer, "workers_us": kids, "total_us": consumer + kids}
+            "consumer_us": consumer, "workers_us": kids, "total_us": consumer + kids,
+            # What starting the workers (forkserver, processes, hand-off) adds to the first
+            # epoch after its first batch: against the last epoch, whose workers run already.
+            "start_ms": (after_first[0] - after_first[-1]) * 1e3}
 
 
 def main() -> None:
@@ -116,6 +128,7 @@ def main() -> None:
     p.add_argument("--runs", type=int, default=3)
     p.add_argument("--base", default=None)
     p.add_argument("--workers-list", type=int, nargs="*", default=[0, 2])
+    p.add_argument("--dataset", default="small", choices=sorted(SIZES))
     p.add_argument("--shuffle", action="store_true")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--epoch-scale", type=int, default=10)
@@ -127,11 +140,11 @@ def main() -> None:
         if args.child == "base":
             sys.meta_path[:] = [f for f in sys.meta_path if "editable" not in str(f)]
             sys.path.insert(0, args.base)
-        print(json.dumps(child(root, args.workers, args.shuffle, args.epochs, args.epoch_scale)))
+        print(json.dumps(child(root, args.dataset, args.workers, args.shuffle, args.epochs, args.epoch_scale)))
         return
-    if not (root / "small" / "index.json").exists():
-        p.error(f"no small set under {root}: run benchmarks/peers_bench.py --libs astream once to build it")
-    for path in (root / "small").iterdir():  # warm page cache
+    if not (root / args.dataset / "index.json").exists():
+        p.error(f"no {args.dataset} set under {root}: run benchmarks/peers_bench.py --libs astream once to build it")
+    for path in (root / args.dataset).iterdir():  # warm page cache
         path.read_bytes()
     env = dict(os.environ)
     env.pop("PYTHONDONTWRITEBYTECODE", None)  # fresh processes import compiled bytecode, as installed
@@ -142,7 +155,8 @@ def main() -> None:
     for _ in range(args.runs):
         for workers in args.workers_list:
             for code in codes:
-                cmd = [sys.executable, __file__, "--child", code, "--data", str(root), "--workers", str(workers),
+                cmd = [sys.executable, __file__, "--child", code, "--data", str(root), "--dataset", args.dataset,
+                       "--workers", str(workers),
                        "--epochs", str(args.epochs), "--epoch-scale", str(args.epoch_scale)]
                 cmd += ["--shuffle"] if args.shuffle else []
                 cmd += ["--base", args.base] if code == "base" else []
@@ -152,9 +166,9 @@ def main() -> None:
                     continue
                 results.setdefault((code, workers), []).append(json.loads(out.stdout.strip().splitlines()[-1]))
                 loads.append(os.getloadavg()[0])
-    keys = ["wall_us", "main_us", "loop_us", "readers_us", "consumer_us", "workers_us", "total_us"]
-    print(f"load average {min(loads):.1f}-{max(loads):.1f}; shuffle={args.shuffle}; last of {args.epochs} epochs "
-          f"of {args.epoch_scale} x 50k; µs per batch of 32, median of {args.runs}")
+    keys = ["wall_us", "main_us", "loop_us", "readers_us", "consumer_us", "workers_us", "total_us", "start_ms"]
+    print(f"load average {min(loads):.1f}-{max(loads):.1f}; {args.dataset}, shuffle={args.shuffle}; last of "
+          f"{args.epochs} epochs of {args.epoch_scale} x the dataset; µs per batch of 32 (start: ms), median of {args.runs}")
     print("| code | workers | " + " | ".join(k.removesuffix("_us") for k in keys) + " |")
     print("|---|---:|" + "---:|" * len(keys))
     for (code, workers), rows in results.items():
