@@ -41,7 +41,7 @@ from astream.errors import ConfigError
 
 __all__ = ["WorkerStart", "decide_start", "hidden_main", "prestart", "unguarded_line"]
 
-_MAIN_LOCK = threading.Lock()  # one process start at a time with __main__ hidden
+_MAIN_LOCK = threading.Lock()  # one process start at a time: the preparation-data wrapper is process-wide
 
 
 @dataclass(frozen=True)
@@ -185,7 +185,8 @@ def hidden_main(start: WorkerStart) -> Iterator[None]:
     own code may read its globals (``__file__``) at that moment, from another thread.
     """
     if start.import_main:
-        yield
+        with _MAIN_LOCK:  # not while another loader's start has the wrapper in place
+            yield
         return
     from multiprocessing import spawn
 
