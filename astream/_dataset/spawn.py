@@ -140,8 +140,8 @@ class ProcessWorker:
         self.conn, child = ctx.Pipe(duplex=False)
         _widen(self.conn)
         # Read by the reader threads only (one at a time, epoch after epoch: what one
-        # buffered, the next goes on from), in large chunks.
-        self.pipe = PipeReader(self.conn)
+        # buffered, the next goes on from), in large chunks where there is os.readv.
+        self.pipe: PipeReader | Connection = PipeReader(self.conn) if hasattr(os, "readv") else self.conn
         self.control: Connection | None = None
         control_in: Connection | None = None
         if with_control:
