@@ -16,10 +16,14 @@ guessing from names. When it is not:
 
 - what the workers need (the dataset, transforms, collate function) does not refer to
   ``__main__``: the workers start without re-importing it (``__main__`` is left out of
-  the forkserver's preloads and hidden from the preparation data while a process
-  starts), so the script runs, as it would with a fork;
+  the forkserver's preloads and of the preparation data of a process that starts), so
+  the script runs, as it would with a fork;
 - it does refer to ``__main__`` (a transform defined in the script): a
   :class:`ConfigError` before any process starts, with the two-line fix.
+
+A guarded script is re-imported only if the workers need something defined in it too:
+otherwise the forkserver's start would import it, and all it imports (a training
+script: its framework and model code), for nothing the workers use.
 """
 
 from __future__ import annotations
@@ -37,7 +41,7 @@ from astream.errors import ConfigError
 
 __all__ = ["WorkerStart", "decide_start", "hidden_main", "prestart", "unguarded_line"]
 
-_MAIN_LOCK = threading.Lock()  # one process start at a time with __main__ hidden
+_MAIN_LOCK = threading.Lock()  # one process start at a time: the preparation-data wrapper is process-wide
 
 
 @dataclass(frozen=True)
@@ -109,7 +113,11 @@ def decide_start(payload: bytes, frame: FrameType | None = None) -> WorkerStart:
     """
     line = unguarded_line(frame if frame is not None else sys._getframe(1))
     if line is None:
-        return WorkerStart(import_main=True)
+        # A guarded script (or none): the workers re-import it only if they need something
+        # defined in it. Otherwise the forkserver would import it, and everything it imports
+        # (a training script: torch, the model's code), in its start before the first
+        # worker: seconds and hundreds of MB for nothing the workers use.
+        return WorkerStart(import_main=b"__main__" in payload)
     if b"__main__" in payload:
         main = sys.modules["__main__"]
         raise ConfigError(
@@ -170,18 +178,29 @@ def prestart(ctx: mp.context.BaseContext, delay: float = PRESTART_DELAY) -> thre
 
 @contextlib.contextmanager
 def hidden_main(start: WorkerStart) -> Iterator[None]:
-    """While a process starts: keep ``__main__`` out of its preparation data if needed."""
+    """While a process starts: keep ``__main__`` out of its preparation data if needed.
+
+    By leaving the script's path and module name out of what multiprocessing sends the
+    child (``spawn.get_preparation_data``), not by touching ``__main__``: the script's
+    own code may read its globals (``__file__``) at that moment, from another thread.
+    """
     if start.import_main:
-        yield
+        with _MAIN_LOCK:  # not while another loader's start has the wrapper in place
+            yield
         return
-    main = sys.modules["__main__"]
+    from multiprocessing import spawn
+
     with _MAIN_LOCK:
-        saved: dict[str, object] = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
-        main.__dict__.pop("__file__", None)
-        main.__dict__["__spec__"] = None
+        original = spawn.get_preparation_data
+
+        def without_main(name: str) -> dict[str, object]:
+            data: dict[str, object] = original(name)
+            data.pop("init_main_from_path", None)
+            data.pop("init_main_from_name", None)
+            return data
+
+        spawn.get_preparation_data = without_main
         try:
             yield
         finally:
-            main.__dict__.update(saved)
-            if "__spec__" not in saved:
-                main.__dict__.pop("__spec__", None)
+            spawn.get_preparation_data = original

@@ -1,9 +1,12 @@
 """Moving batches between processes with at most one copy of the array data.
 
 A batch (a dict of NumPy arrays and lists) is pickled with protocol 5 and its array
-buffers are taken out of band. Small buffers then go over a pipe as separate messages:
-the arrays' bytes go from the producer's memory into the pipe and from the pipe into a
-fresh writable buffer of the consumer, with no pickled copy in between.
+buffers are taken out of band, except small ones (under :data:`INBAND_MAX_BYTES`: ids,
+labels), which stay in the pickle: a batch of small records is one message. Mid-sized
+buffers go over a pipe as separate messages: the arrays' bytes go from the producer's
+memory into the pipe and from the pipe into a fresh writable buffer of the consumer,
+with no pickled copy in between. The consumer's reader thread reads its pipe through a
+:class:`PipeReader`, which brings every message the pipe holds in one ``read``.
 
 Large buffers (:data:`FD_MIN_BYTES` and more, on Linux) skip the pipe: the producer
 writes each into an anonymous file (``memfd_create``: no name anywhere, nothing that
@@ -44,7 +47,7 @@ import socket
 import struct
 import weakref
 from multiprocessing.connection import Connection
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -52,8 +55,8 @@ from astream._dataset.mapping import MappingError, map_file, mapping_supported
 from astream._dataset.slabs import SLAB_MIN_BYTES, RingSlot, SlabRing, SlabViews, is_release, layout
 
 __all__ = [
-    "FD_IN_FLIGHT", "FD_MIN_BYTES", "PipeWriter", "TransportError", "fd_passing_supported",
-    "recv_object", "send_object",
+    "FD_IN_FLIGHT", "FD_MIN_BYTES", "INBAND_MAX_BYTES", "READ_CHUNK_BYTES", "PipeReader", "PipeWriter",
+    "TransportError", "fd_passing_supported", "recv_object", "recv_rest", "send_object",
 ]
 
 _COUNT = struct.Struct("<I")
@@ -68,6 +71,10 @@ _FLAGS = _VIA_FD | _VIA_SLAB
 
 # Buffers this large or larger travel as anonymous files.
 FD_MIN_BYTES = 256 * 1024
+# Bytes a PipeReader reads at once at most (the pipe holds 1 MiB, see spawn.py).
+READ_CHUNK_BYTES = 1 << 20
+# Buffers smaller than this travel inside the pickle (in band), not as messages of their own.
+INBAND_MAX_BYTES = 16 * 1024
 # Messages with descriptors a producer may have sent and the consumer not yet received.
 FD_IN_FLIGHT = 2
 _FDS_PER_SEND = 250  # the kernel takes at most 253 descriptors per message (SCM_MAX_FD)
@@ -99,16 +106,47 @@ class _Pickler(pickle.Pickler):
     """
 
     def reducer_override(self, obj: Any) -> Any:
-        if (type(obj) is np.ndarray and obj.nbytes >= SLAB_MIN_BYTES and not obj.dtype.hasobject
-                and not (obj.flags.c_contiguous or obj.flags.f_contiguous)):
+        if _strided(obj):
             return np.ascontiguousarray(obj).__reduce_ex__(5)
         return NotImplemented
 
 
+def _strided(obj: Any) -> bool:
+    """A large non-contiguous array, which :class:`_Pickler` makes contiguous."""
+    return (type(obj) is np.ndarray and obj.nbytes >= SLAB_MIN_BYTES and not obj.dtype.hasobject
+            and not (obj.flags.c_contiguous or obj.flags.f_contiguous))
+
+
+def _plain(obj: Any) -> bool:
+    """Whether ``obj`` pickles the same without :class:`_Pickler`: a message ``(kind, dict)``
+    none of whose values is a large strided array (where a batch's columns are).
+
+    :class:`_Pickler` calls its Python ``reducer_override`` for every object pickled: for
+    a batch of 64 small ``str``/``bytes`` values that cost ~30 % of pickling it. Arrays
+    nested deeper (in lists) are not looked for: they pickle in band, as before the override.
+    """
+    if type(obj) is not tuple or len(obj) != 2 or type(obj[1]) is not dict:
+        return False
+    return not any(_strided(value) for value in obj[1].values())
+
+
 def _pickled(obj: Any) -> tuple[bytes, list[memoryview]]:
     buffers: list[pickle.PickleBuffer] = []
+
+    def out_of_band(buf: pickle.PickleBuffer) -> bool:
+        # False: out of band. Small buffers (ids, labels) go in the pickle instead: a
+        # copy of a few hundred bytes costs less than the pipe message of their own they
+        # would need (two reads and a buffer on the consumer's side, on its critical path).
+        # (Read-only ones arrive read-only either way: pickle keeps the flag.)
+        if buf.raw().nbytes < INBAND_MAX_BYTES:
+            return True
+        buffers.append(buf)
+        return False
+
+    if _plain(obj):
+        return pickle.dumps(obj, protocol=5, buffer_callback=out_of_band), [buf.raw() for buf in buffers]
     out = io.BytesIO()
-    _Pickler(out, protocol=5, buffer_callback=buffers.append).dump(obj)
+    _Pickler(out, protocol=5, buffer_callback=out_of_band).dump(obj)
     return out.getvalue(), [buf.raw() for buf in buffers]
 
 
@@ -402,8 +440,116 @@ def recv_object(conn: Connection, channel: socket.socket | None = None, slabs: S
     ``channel`` is the consumer's end of the socket pair the producer sends files over;
     ``slabs`` the mappings of the producer's slots (one per producer, kept across messages).
     """
-    head = conn.recv_bytes()
+    return recv_rest(conn, conn.recv_bytes(), channel, slabs)
+
+
+class _Source(Protocol):
+    """Where :func:`recv_rest` reads a message's buffers: a Connection or a :class:`PipeReader`."""
+
+    def recv_bytes(self) -> bytes | memoryview: ...
+
+    def recv_bytes_into(self, buf: Any) -> int: ...
+
+
+class PipeReader:
+    """Reads the messages of a :class:`~multiprocessing.connection.Connection`'s pipe in
+    large chunks: one ``read`` brings every message the pipe holds.
+
+    A Connection reads each message with two ``read`` calls (its length, then its
+    body), each releasing and retaking the GIL; a small batch is one ~30 KB message, so
+    a reader thread that keeps up made two system calls and two GIL hand-offs per batch,
+    on the consumer's critical path. Here a message already in the buffer costs none.
+    The wire format is the Connection's: :func:`recv_object`'s senders are unchanged.
+
+    Meant for the one thread that reads ``conn``; nothing else may read it meanwhile.
+    """
+
+    def __init__(self, conn: Connection, chunk: int = READ_CHUNK_BYTES) -> None:
+        self._fd = conn.fileno()
+        self._buf = bytearray(chunk)
+        self._view = memoryview(self._buf)
+        self._start = 0  # the buffered bytes not handed out yet: _buf[_start:_end]
+        self._end = 0
+
+    def _read(self) -> None:
+        """Read what the pipe holds (at least one byte; blocks until there is one) into the buffer."""
+        if self._end == len(self._buf):  # full: move what is left to the front
+            left = bytes(self._view[self._start : self._end])
+            self._buf[: len(left)] = left
+            self._start, self._end = 0, len(left)
+        n = os.readv(self._fd, [self._view[self._end :]])
+        if n == 0:
+            raise EOFError("the producer closed the pipe")
+        self._end += n
+
+    def _take(self, n: int) -> memoryview:
+        """The next ``n`` buffered bytes (``n`` <= the chunk), reading until they are there."""
+        if self._start + n > len(self._buf):  # would not fit behind the buffered part
+            left = bytes(self._view[self._start : self._end])
+            self._buf[: len(left)] = left
+            self._start, self._end = 0, len(left)
+        while self._end - self._start < n:
+            self._read()
+        out = self._view[self._start : self._start + n]
+        self._start += n
+        if self._start == self._end:
+            self._start = self._end = 0
+        return out
+
+    def _length(self) -> int:
+        (n,) = _LENGTH.unpack(self._take(_LENGTH.size))
+        if n == -1:
+            (n,) = _LONG_LENGTH.unpack(self._take(_LONG_LENGTH.size))
+        return int(n)
+
+    def _fill(self, out: memoryview) -> None:
+        """Fill ``out`` with the next bytes: what is buffered first, the rest read straight into it."""
+        have = min(self._end - self._start, out.nbytes)
+        out[:have] = self._view[self._start : self._start + have]
+        self._start += have
+        if self._start == self._end:
+            self._start = self._end = 0
+        done = have
+        while done < out.nbytes:
+            n = os.readv(self._fd, [out[done:]])
+            if n == 0:
+                raise EOFError("the producer closed the pipe")
+            done += n
+
+    def recv_bytes(self) -> bytes | memoryview:
+        """The next message: a view of the buffer (valid until the next read) if it fits, else bytes."""
+        n = self._length()
+        if n <= len(self._buf) // 2:
+            return self._take(n)
+        out = bytearray(n)
+        self._fill(memoryview(out))
+        return bytes(out)
+
+    def recv_bytes_into(self, buf: Any) -> int:
+        """The next message, into ``buf`` (exactly its size, as :func:`recv_rest` sizes it)."""
+        n = self._length()
+        out = memoryview(buf).cast("B")
+        if n != out.nbytes:
+            raise TransportError(f"a batch's buffer of {out.nbytes} bytes came as a message of {n}")
+        self._fill(out)
+        return n
+
+    def buffered(self) -> bool:
+        """Whether a whole message is in the buffer already (the next :meth:`recv_bytes` won't wait)."""
+        have = self._end - self._start
+        if have < _LENGTH.size:
+            return False
+        (n,) = _LENGTH.unpack_from(self._view, self._start)
+        return bool(0 <= n <= have - _LENGTH.size)
+
+
+def recv_rest(conn: _Source, head: bytes | memoryview, channel: socket.socket | None = None,
+              slabs: SlabViews | None = None) -> Any:
+    """The rest of :func:`recv_object` once its first message, ``head``, was read from ``conn``
+    (a Connection, or the :class:`PipeReader` of one)."""
     (count,) = _COUNT.unpack_from(head)
+    if count and isinstance(head, memoryview):
+        head = bytes(head)  # a view of a PipeReader's buffer: the reads of the buffers below reuse it
     slot, new_size = _SLOT.unpack_from(head, _COUNT.size)
     at = _COUNT.size + _SLOT.size
     sizes = [_SIZE.unpack_from(head, at + i * _SIZE.size)[0] for i in range(count)]

@@ -89,3 +89,26 @@ def test_a_guarded_script_may_define_the_transform(tmp_path: Path, data: Path) -
     assert f"sum {2.0 * sum(range(96))}" in done.stdout
     # The forkserver and workers import the guarded script (to find `double`), which prints.
     assert done.stdout.count("top level ran") >= 1
+
+
+def test_a_guarded_script_the_workers_do_not_need_is_not_imported_again(tmp_path: Path, data: Path) -> None:
+    # The workers need nothing of the script: neither the forkserver nor a worker imports it
+    # (a training script's imports, its framework's, would be paid before the first worker).
+    # Its own code meanwhile reads its globals from the main thread while workers start.
+    done = _run(tmp_path, data, HEAD + """\
+    def main():
+        ds = StreamingDataset(local=os.environ["DATA"], batch_size=8, shuffle=True)
+        seen, files = [], set()
+        with Loader(ds, num_workers=2) as loader:
+            for epoch in range(2):
+                for batch in loader:
+                    seen.extend(batch["id"].tolist())
+                    files.add(__file__)
+        print("samples", len(seen), sorted(seen) == sorted(list(range(96)) * 2), len(files))
+
+    if __name__ == "__main__":
+        main()
+    """)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.count("top level ran") == 1, done.stdout
+    assert "samples 192 True 1" in done.stdout

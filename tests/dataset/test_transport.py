@@ -22,9 +22,14 @@ from astream._dataset.slabs import SlabViews
 from astream._dataset.transport import (
     FD_IN_FLIGHT,
     FD_MIN_BYTES,
+    INBAND_MAX_BYTES,
+    PipeReader,
     PipeWriter,
+    _pickled,
+    _plain,
     fd_passing_supported,
     recv_object,
+    recv_rest,
     send_object,
 )
 from astream._dataset.workers import WorkerPool
@@ -59,6 +64,131 @@ def test_non_contiguous_arrays_survive() -> None:
     got = recv_object(a)
     t.join()
     np.testing.assert_array_equal(got["a"], arr)
+
+
+def test_small_buffers_travel_in_the_pickle_and_arrive_writable() -> None:
+    small = np.arange(32, dtype=np.int64)
+    frozen = np.frombuffer(b"abcdefgh", dtype=np.uint8)
+    big = np.zeros(INBAND_MAX_BYTES, dtype=np.uint8)
+    _, raws = _pickled({"small": small, "frozen": frozen, "big": big, "s": ["x"]})
+    # One message for a batch of ids and strings: not one more per small array.
+    assert [r.nbytes for r in raws] == [big.nbytes]
+    a, b = mp.Pipe(duplex=False)
+    t = threading.Thread(target=send_object, args=(b, {"small": small, "frozen": frozen}))
+    t.start()
+    got = recv_object(a)
+    t.join()
+    np.testing.assert_array_equal(got["small"], small)
+    np.testing.assert_array_equal(got["frozen"], frozen)
+    assert got["small"].flags.writeable
+    assert not got["frozen"].flags.writeable  # as it was sent (and as out of band before)
+
+
+def test_large_strided_columns_still_travel_contiguous_out_of_band() -> None:
+    rows = np.arange(64 * 4096, dtype=np.int64).reshape(4096, 64)
+    column = rows[:, 3]  # strided, as a column of fixed-size records' rows
+    wide = rows[:, :40]  # 1.3 MB, strided
+    batch = {"ids": np.arange(4), "s": ["a", "b"], "wide": wide, "column": column}
+    assert not _plain(("batch", batch))  # the override's pickler, for the strided columns
+    assert _plain(("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows}))  # contiguous: the plain one
+    assert not _plain(["batch", batch])  # not a message of the usual shape: the override's pickler
+    _, raws = _pickled(("batch", batch))
+    assert [r.nbytes for r in raws] == [wide.nbytes]  # made contiguous, out of band; the column in band
+    a, b = mp.Pipe(duplex=False)
+    for message in (("batch", batch), ("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows})):
+        t = threading.Thread(target=send_object, args=(b, message))
+        t.start()
+        kind, got = recv_object(a)
+        t.join()
+        assert kind == "batch"
+        assert set(got) == set(message[1])
+        for key, value in message[1].items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(got[key], value)
+                assert got[key].flags.writeable
+            else:
+                assert got[key] == value
+    a.close()
+    b.close()
+
+
+def _sender(conn: Connection, messages: list[bytes]) -> None:
+    for message in messages:
+        conn.send_bytes(message)
+    conn.close()
+
+
+@pytest.mark.parametrize("chunk", [64, 4096, 1 << 20])
+def test_pipe_reader_reads_what_a_connection_sends(chunk: int) -> None:
+    # Sizes around the chunk and its half (where a message stops being a view of the
+    # buffer), and one over 64 KiB (a pipe's default size: it arrives in pieces).
+    sizes = [0, 1, 5, 31, 32, 33, 63, 64, 65, 200, 4095, 4096, 70_000, 3, 2, 1 << 20, 0, 17]
+    messages = [bytes((i * 7 + j) % 251 for j in range(n)) for i, n in enumerate(sizes)]
+    a, b = mp.Pipe(duplex=False)
+    t = threading.Thread(target=_sender, args=(b, messages))
+    t.start()
+    reader = PipeReader(a, chunk=chunk)
+    try:
+        for i, message in enumerate(messages):
+            if i % 3 == 2:
+                buf = bytearray(len(message))
+                assert reader.recv_bytes_into(buf) == len(message)
+                assert bytes(buf) == message
+            else:
+                assert bytes(reader.recv_bytes()) == message
+        with pytest.raises(EOFError):
+            reader.recv_bytes()
+    finally:
+        a.close()
+        t.join()
+
+
+def test_pipe_reader_buffers_several_messages_per_read() -> None:
+    a, b = mp.Pipe(duplex=False)
+    for n in (10, 20, 30):
+        b.send_bytes(bytes([n]) * n)
+    reader = PipeReader(a)
+    assert not reader.buffered()  # nothing read yet
+    assert bytes(reader.recv_bytes()) == bytes([10]) * 10
+    assert reader.buffered()  # the other two came with the same read
+    assert bytes(reader.recv_bytes()) == bytes([20]) * 20
+    assert bytes(reader.recv_bytes()) == bytes([30]) * 30
+    assert not reader.buffered()
+    a.close()
+    b.close()
+
+
+def test_batches_through_a_pipe_reader_with_buffers_out_of_band() -> None:
+    # A small chunk: reading a batch's out-of-band buffers reuses the memory its head
+    # (the pickle) was read into, so the head must have been copied first.
+    batches = [
+        {"x": np.full(INBAND_MAX_BYTES // 8 + i, i, dtype=np.int64), "y": np.arange(i + 1), "s": ["é" * i, "b"],
+         "z": np.full(INBAND_MAX_BYTES + i, i + 1, dtype=np.uint8)}
+        for i in range(6)
+    ]
+    a, b = mp.Pipe(duplex=False)
+
+    def send_all() -> None:
+        for batch in batches:
+            send_object(b, batch)
+
+    t = threading.Thread(target=send_all)
+    t.start()
+    reader = PipeReader(a, chunk=1024)
+    try:
+        for batch in batches:
+            got = recv_rest(reader, reader.recv_bytes())
+            assert set(got) == set(batch)
+            np.testing.assert_array_equal(got["x"], batch["x"])
+            np.testing.assert_array_equal(got["y"], batch["y"])
+            np.testing.assert_array_equal(got["z"], batch["z"])
+            assert got["x"].flags.writeable
+            assert got["y"].flags.writeable
+            assert got["s"] == batch["s"]
+    finally:
+        a.close()  # first: a sender still blocked on a full pipe gets an error, not a hang
+        t.join()
+        b.close()
 
 
 def test_collate_stacks_matching_arrays_and_keeps_ragged_as_list() -> None:
