@@ -38,7 +38,10 @@ def make_loader(data: Path, cache: Path, **kwargs: Any) -> astream.Loader:
 
 def run_job(script: str, *args: str, env: dict[str, str] | None = None, timeout: float = 150) -> dict[str, Any]:
     """Run ``tests/adapters/<script>`` in a fresh interpreter; return the JSON it prints last."""
-    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONPATH": str(HERE), **(env or {})}
+    # PYTHONFAULTHANDLER: a crash in native code (seen once: -11 in the JAX job, at load 4-5)
+    # prints every thread's Python stack into the stderr the failure shows.
+    full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "2", "PYTHONFAULTHANDLER": "1", "PYTHONPATH": str(HERE),
+                **(env or {})}
     proc = subprocess.run([sys.executable, str(HERE / script), *args], capture_output=True, text=True,
                           env=full_env, timeout=timeout, check=False)
     if proc.returncode != 0:
