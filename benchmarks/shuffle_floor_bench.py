@@ -1,0 +1,260 @@
+"""The floor of a shuffled epoch of small ``str``/``bytes`` records, against sequential.
+
+Question: can a shuffled epoch of ~1 KB records with ``str``/``bytes`` columns reach
+0.8x the unshuffled one on this machine at all? The cheapest code that returns the same
+values (an ``int64`` array of ids, lists of Python ``str`` and ``bytes``) is timed over
+the same records, once in file order and once in the epoch plan's shuffled order, in one
+process, alternated; astream's ``Loader`` over the same dataset is timed beside it.
+
+The cheap code reads the mapped shards itself (the MDS layout: a ``u32`` count, ``u32``
+record offsets, each record ``u32`` lengths of its variable columns then the columns):
+per shard, NumPy gathers the records' heads and ids, and one list comprehension per
+column builds the ``str``/``bytes`` objects out of a ``memoryview`` of the map. Modes:
+
+- ``seq``: every shard's records in file order (what an unshuffled epoch reads);
+- ``plan``: the plan's order, record by record (no grouping);
+- ``window``: the plan's order in windows of 4,096 records, each window sorted by shard
+  and offset (as astream decodes ahead), then the values put back in plan order;
+- ``gather``: ``window``, but each window's record bytes are first copied into one
+  contiguous buffer by a NumPy gather of fixed 1 KB rows, and the objects built from it;
+- ``copy-seq`` / ``copy-window``: only the NumPy gather of 1 KB rows (no Python objects).
+
+Prints ns of CPU per record (median of ``--reps`` passes over the whole epoch) and the
+shuffled / sequential ratios; ``astream`` rows are a ``Loader(ds, batch_size=32)``
+without workers, epochs after the first, in the same process.
+
+Usage (the ``smallvar`` set of ``workers_bench.py``, built by it)::
+
+    .venv/bin/python benchmarks/shuffle_floor_bench.py --reps 7
+"""
+
+from __future__ import annotations
+
+import argparse
+import itertools
+import json
+import mmap
+import operator
+import os
+import statistics
+import tempfile
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
+WINDOW = 4096
+ROW = 1024
+Ints = npt.NDArray[np.int64]
+
+
+class Shard:
+    """One mapped MDS shard of ``int``, ``str``, ``bytes`` records (8-byte id first)."""
+
+    def __init__(self, path: Path) -> None:
+        with open(path, "rb") as f:
+            self.map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+        self.u8 = np.frombuffer(self.map, np.uint8)
+        self.view = memoryview(self.map)
+        n = int(self.u8[:4].view(np.uint32)[0])
+        self.offsets = self.u8[4 : 4 + 4 * (n + 1)].view(np.uint32).astype(np.int64)[:-1]
+        # Row views at every byte: a take of records' starts copies whole rows (no index per byte).
+        self.head = np.lib.stride_tricks.sliding_window_view(self.u8, 16)
+        self.win = np.lib.stride_tricks.sliding_window_view(self.u8, ROW)
+
+    def decode(self, idx: Ints) -> tuple[Ints, list[str], list[bytes]]:
+        """Records ``idx``: ids, names, payloads; the cheapest NumPy + Python there is."""
+        begin = self.offsets[idx]
+        head = self.head[begin]  # two u32 lengths, then the int64 id
+        heads = head[:, :8].copy().view(np.uint32).astype(np.int64)
+        ids = head[:, 8:].copy().view(np.int64).reshape(-1)
+        name_a = begin + 16
+        name_b = name_a + heads[:, 0]
+        pay_b = name_b + heads[:, 1]
+        view = self.view
+        names = [str(view[a:b], "utf-8") for a, b in zip(name_a.tolist(), name_b.tolist(), strict=True)]
+        pays = [bytes(view[a:b]) for a, b in zip(name_b.tolist(), pay_b.tolist(), strict=True)]
+        return ids, names, pays
+
+    def rows(self, idx: Ints) -> npt.NDArray[np.uint8]:
+        """The first ``ROW`` bytes of records ``idx``, one NumPy gather."""
+        out: npt.NDArray[np.uint8] = self.win[np.minimum(self.offsets[idx], len(self.u8) - ROW)]
+        return out
+
+
+def decode_rows(rows: npt.NDArray[np.uint8]) -> tuple[Ints, list[str], list[bytes]]:
+    """The same values out of records copied into contiguous ``ROW``-byte rows."""
+    heads = rows[:, :8].copy().view(np.uint32).astype(np.int64)
+    ids = rows[:, 8:16].copy().view(np.int64).reshape(-1)
+    base = np.arange(len(rows), dtype=np.int64) * ROW
+    name_a = base + 16
+    name_b = name_a + heads[:, 0]
+    pay_b = name_b + np.minimum(heads[:, 1], ROW - 16 - heads[:, 0])  # (the row holds the first ROW bytes)
+    view = memoryview(rows.reshape(-1))
+    names = [str(view[a:b], "utf-8") for a, b in zip(name_a.tolist(), name_b.tolist(), strict=True)]
+    pays = [bytes(view[a:b]) for a, b in zip(name_b.tolist(), pay_b.tolist(), strict=True)]
+    return ids, names, pays
+
+
+def run_seq(shards: list[Shard], _: Ints, __: Ints) -> int:
+    n = 0
+    for shard in shards:
+        for a in range(0, len(shard.offsets), WINDOW):
+            ids, names, pays = shard.decode(np.arange(a, min(a + WINDOW, len(shard.offsets))))
+            n += len(names)
+    return n
+
+
+def run_plan(shards: list[Shard], sh: Ints, off: Ints) -> int:
+    # Record by record, in the plan's order: the Python cost of one record at a time.
+    n = 0
+    views = [s.view for s in shards]
+    offs = [s.offsets for s in shards]
+    u32 = [s.u8 for s in shards]
+    for s, o in zip(sh.tolist(), off.tolist(), strict=True):
+        b = int(offs[s][o])
+        la, lb = u32[s][b : b + 8].view(np.uint32).tolist()
+        v = views[s]
+        str(v[b + 16 : b + 16 + la], "utf-8")
+        bytes(v[b + 16 + la : b + 16 + la + lb])
+        n += 1
+    return n
+
+
+def _windows(sh: Ints, off: Ints, size: int = WINDOW) -> Any:
+    for a in range(0, len(sh), size):
+        s, o = sh[a : a + size], off[a : a + size]
+        order = np.argsort(s * (int(o.max()) + 1) + o)
+        grouped = s[order]
+        cuts = [0, *(np.flatnonzero(grouped[1:] != grouped[:-1]) + 1).tolist(), len(s)]
+        inverse = np.empty(len(s), np.intp)
+        inverse[order] = np.arange(len(s))
+        yield order, grouped, cuts, o, inverse
+
+
+def run_window(shards: list[Shard], sh: Ints, off: Ints, size: int = WINDOW) -> int:
+    n = 0
+    for order, grouped, cuts, o, inverse in _windows(sh, off, size):
+        ids_p, names_p, pays_p = [], [], []
+        for a, b in itertools.pairwise(cuts):
+            ids, names, pays = shards[int(grouped[a])].decode(o[order[a:b]])
+            ids_p.append(ids)
+            names_p.append(names)
+            pays_p.append(pays)
+        pick = operator.itemgetter(*inverse.tolist())
+        ids_all = np.concatenate(ids_p)[inverse]
+        names_all = pick(list(itertools.chain.from_iterable(names_p)))
+        pays_all = pick(list(itertools.chain.from_iterable(pays_p)))
+        n += len(names_all) + 0 * len(ids_all) + 0 * len(pays_all)
+    return n
+
+
+def run_gather(shards: list[Shard], sh: Ints, off: Ints) -> int:
+    n = 0
+    for order, grouped, cuts, o, inverse in _windows(sh, off):
+        rows = np.concatenate([shards[int(grouped[a])].rows(o[order[a:b]]) for a, b in itertools.pairwise(cuts)])
+        ids, names, pays = decode_rows(rows[inverse])  # (rows put in plan order first: objects in order)
+        n += len(names)
+    return n
+
+
+def run_copy_seq(shards: list[Shard], _: Ints, __: Ints) -> int:
+    n = 0
+    for shard in shards:
+        for a in range(0, len(shard.offsets), WINDOW):
+            n += len(shard.rows(np.arange(a, min(a + WINDOW, len(shard.offsets)))))
+    return n
+
+
+def run_copy_window(shards: list[Shard], sh: Ints, off: Ints) -> int:
+    n = 0
+    for order, grouped, cuts, o, _ in _windows(sh, off):
+        n += sum(len(shards[int(grouped[a])].rows(o[order[a:b]])) for a, b in itertools.pairwise(cuts))
+    return n
+
+
+MODES: dict[str, Callable[[list[Shard], Ints, Ints], int]] = {
+    "seq": run_seq, "plan": run_plan, "window": run_window, "gather": run_gather,
+    # Larger windows: the records of a shard a window takes lie closer together.
+    "window-16k": lambda shards, sh, off: run_window(shards, sh, off, 4 * WINDOW),
+    "window-all": lambda shards, sh, off: run_window(shards, sh, off, len(sh)),
+    "copy-seq": run_copy_seq, "copy-window": run_copy_window,
+}
+
+
+def loader_pass(root: Path, shuffle: bool, epochs: int) -> list[float]:
+    """ns of CPU per sample of astream's ``Loader`` (no workers), epochs after the first."""
+    from astream import Loader, StreamingDataset
+
+    ds = StreamingDataset(local=str(root), batch_size=32, shuffle=shuffle)
+    loader = Loader(ds)
+    out = []
+    for e in range(epochs):
+        cpu = time.process_time()
+        n = sum(len(b["name"]) for b in loader)
+        if e:
+            out.append((time.process_time() - cpu) / n * 1e9)
+    loader.close()
+    ds.close()
+    return out
+
+
+def main() -> None:
+    p = argparse.ArgumentParser()
+    p.add_argument("--data", default=str(BENCH_DATA / "workers" / "smallvar"))
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--epochs", type=int, default=4, help="astream Loader epochs per pass (the first not counted)")
+    p.add_argument("--no-astream", action="store_true")
+    args = p.parse_args()
+    root = Path(args.data)
+    if not (root / "index.json").exists():
+        raise SystemExit(f"no dataset at {root}: run benchmarks/workers_bench.py --only smallvar --runs 1 first")
+    from astream import StreamingDataset
+
+    index = json.loads((root / "index.json").read_text())
+    shards = [Shard(root / s["raw_data"]["basename"]) for s in index["shards"]]
+    starts = np.cumsum([0] + [len(s.offsets) for s in shards])
+    ds = StreamingDataset(local=str(root), batch_size=32, shuffle=True)
+    ids = ds.plan(epoch=1, sample_in_epoch=0, workers_per_rank=1).rank_order(0, 0)
+    ds.close()
+    sh = np.searchsorted(starts, ids, side="right") - 1
+    off = ids - starts[sh]
+    # The cheap code returns what the shards hold: check it once against the plan's ids.
+    got = shards[int(sh[0])].decode(off[:1])[0]
+    assert int(got[0]) == int(ids[0]), (got, ids[0])
+    times: dict[str, list[float]] = {m: [] for m in MODES}
+    for m in MODES:  # warm: the maps faulted in, the code paths run once
+        MODES[m](shards, sh, off)
+    astream_ns: dict[bool, list[float]] = {False: [], True: []}
+    loads = [os.getloadavg()[0]]
+    for rep in range(args.reps):
+        for m, fn in MODES.items():
+            cpu = time.process_time()
+            n = fn(shards, sh, off)
+            times[m].append((time.process_time() - cpu) / n * 1e9)
+        if not args.no_astream and rep < 3:
+            for shuffle in (False, True):
+                astream_ns[shuffle] += loader_pass(root, shuffle, args.epochs)
+        loads.append(os.getloadavg()[0])
+    med = {m: statistics.median(t) for m, t in times.items()}
+    print(f"{len(ids):,} records, {len(shards)} shards; load {min(loads):.1f}-{max(loads):.1f}")
+    print("| mode | ns CPU / record (median) | min | sequential / this |")
+    print("|---|---:|---:|---:|")
+    for m, v in med.items():
+        base = med["copy-seq"] if m.startswith("copy") else med["seq"]
+        print(f"| {m} | {v:,.0f} | {min(times[m]):,.0f} | {base / v:.2f} |")
+    if not args.no_astream:
+        a0, a1 = statistics.median(astream_ns[False]), statistics.median(astream_ns[True])
+        print(f"| astream unshuffled | {a0:,.0f} | {min(astream_ns[False]):,.0f} | |")
+        print(f"| astream shuffled | {a1:,.0f} | {min(astream_ns[True]):,.0f} | {a0 / a1:.2f} |")
+        best = min(med["window"], med["gather"], med["plan"])  # the 4 MB windows astream decodes
+        print(f"\nfloor shuffled / sequential: {med['seq'] / best:.2f}; astream shuffled / unshuffled: {a0 / a1:.2f}; "
+              f"astream over the floor: unshuffled {a0 / med['seq']:.2f}x, shuffled {a1 / best:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
