@@ -17,7 +17,15 @@ column builds the ``str``/``bytes`` objects out of a ``memoryview`` of the map. 
   and offset (as astream decodes ahead), then the values put back in plan order;
 - ``gather``: ``window``, but each window's record bytes are first copied into one
   contiguous buffer by a NumPy gather of fixed 1 KB rows, and the objects built from it;
-- ``copy-seq`` / ``copy-window``: only the NumPy gather of 1 KB rows (no Python objects).
+- ``gather-inplace``: ``gather`` without reordering the rows: the objects are built in
+  plan order straight from the file-ordered rows (in cache), so they are made and freed
+  in the order the batches use them;
+- ``copy-seq`` / ``copy-window``: only the NumPy gather of 1 KB rows (no Python objects);
+- ``window-16k`` / ``window-all``: ``window`` with windows of 16,384 records / the epoch;
+- ``window-unordered``: ``window`` without putting the values back in plan order (wrong
+  order: only to see what the put-back and freeing in another order than made cost);
+- ``astream-decode-seq`` / ``astream-decode-window``: astream's own decode of the same
+  windows (``ShardReader.get_batch`` per shard; ``decode_ahead`` of the plan's windows).
 
 Prints ns of CPU per record (median of ``--reps`` passes over the whole epoch) and the
 shuffled / sequential ratios; ``astream`` rows are a ``Loader(ds, batch_size=32)``
@@ -94,7 +102,7 @@ def decode_rows(rows: npt.NDArray[np.uint8]) -> tuple[Ints, list[str], list[byte
     name_a = base + 16
     name_b = name_a + heads[:, 0]
     pay_b = name_b + np.minimum(heads[:, 1], ROW - 16 - heads[:, 0])  # (the row holds the first ROW bytes)
-    view = memoryview(rows.reshape(-1))
+    view = rows.reshape(-1).data
     names = [str(view[a:b], "utf-8") for a, b in zip(name_a.tolist(), name_b.tolist(), strict=True)]
     pays = [bytes(view[a:b]) for a, b in zip(name_b.tolist(), pay_b.tolist(), strict=True)]
     return ids, names, pays
@@ -104,7 +112,7 @@ def run_seq(shards: list[Shard], _: Ints, __: Ints) -> int:
     n = 0
     for shard in shards:
         for a in range(0, len(shard.offsets), WINDOW):
-            ids, names, pays = shard.decode(np.arange(a, min(a + WINDOW, len(shard.offsets))))
+            _ids, names, _pays = shard.decode(np.arange(a, min(a + WINDOW, len(shard.offsets))))
             n += len(names)
     return n
 
@@ -136,7 +144,7 @@ def _windows(sh: Ints, off: Ints, size: int = WINDOW) -> Any:
         yield order, grouped, cuts, o, inverse
 
 
-def run_window(shards: list[Shard], sh: Ints, off: Ints, size: int = WINDOW) -> int:
+def run_window(shards: list[Shard], sh: Ints, off: Ints, size: int = WINDOW, put_back: bool = True) -> int:
     n = 0
     for order, grouped, cuts, o, inverse in _windows(sh, off, size):
         ids_p, names_p, pays_p = [], [], []
@@ -145,11 +153,15 @@ def run_window(shards: list[Shard], sh: Ints, off: Ints, size: int = WINDOW) -> 
             ids_p.append(ids)
             names_p.append(names)
             pays_p.append(pays)
+        if not put_back:  # (the values left in file order, freed in the order they were made)
+            n += len(inverse)
+            continue
         pick = operator.itemgetter(*inverse.tolist())
-        ids_all = np.concatenate(ids_p)[inverse]
+        # (kept until the next window, as a reader's window is: freed in plan order then)
+        _ids_all = np.concatenate(ids_p)[inverse]
         names_all = pick(list(itertools.chain.from_iterable(names_p)))
-        pays_all = pick(list(itertools.chain.from_iterable(pays_p)))
-        n += len(names_all) + 0 * len(ids_all) + 0 * len(pays_all)
+        _pays_all = pick(list(itertools.chain.from_iterable(pays_p)))
+        n += len(names_all)
     return n
 
 
@@ -157,7 +169,25 @@ def run_gather(shards: list[Shard], sh: Ints, off: Ints) -> int:
     n = 0
     for order, grouped, cuts, o, inverse in _windows(sh, off):
         rows = np.concatenate([shards[int(grouped[a])].rows(o[order[a:b]]) for a, b in itertools.pairwise(cuts)])
-        ids, names, pays = decode_rows(rows[inverse])  # (rows put in plan order first: objects in order)
+        _ids, names, _pays = decode_rows(rows[inverse])  # (rows put in plan order first: objects in order)
+        n += len(names)
+    return n
+
+
+def run_gather_inplace(shards: list[Shard], sh: Ints, off: Ints) -> int:
+    # The window's rows copied in file order, the objects built from them in plan order
+    # (made, then freed, in the order the batches use them; read from a buffer in cache).
+    n = 0
+    for order, grouped, cuts, o, inverse in _windows(sh, off):
+        rows = np.concatenate([shards[int(grouped[a])].rows(o[order[a:b]]) for a, b in itertools.pairwise(cuts)])
+        heads = rows[:, :8].copy().view(np.uint32).astype(np.int64)[inverse]
+        _ids = rows[:, 8:16].copy().view(np.int64).reshape(-1)[inverse]
+        name_a = inverse.astype(np.int64) * ROW + 16
+        name_b = name_a + heads[:, 0]
+        pay_b = name_b + np.minimum(heads[:, 1], ROW - 16 - heads[:, 0])
+        view = rows.reshape(-1).data
+        names = [str(view[a:b], "utf-8") for a, b in zip(name_a.tolist(), name_b.tolist(), strict=True)]
+        _pays = [bytes(view[a:b]) for a, b in zip(name_b.tolist(), pay_b.tolist(), strict=True)]
         n += len(names)
     return n
 
@@ -177,12 +207,48 @@ def run_copy_window(shards: list[Shard], sh: Ints, off: Ints) -> int:
     return n
 
 
+def astream_sources(shards: list[Shard]) -> tuple[list[Any], list[Any]]:
+    """astream's own shard readers over the same maps, and their layouts."""
+    from astream._format.record import RecordLayout
+    from astream._format.shard import ShardReader
+
+    layout = RecordLayout.from_columns({"id": "int", "name": "str", "payload": "bytes"})
+    return [ShardReader(s.map, layout, shard=k) for k, s in enumerate(shards)], [layout] * len(shards)
+
+
+def run_astream_seq(shards: list[Shard], _: Ints, __: Ints) -> int:
+    # astream's decode of an unshuffled window: one get_batch per shard and window.
+    n = 0
+    for reader in _ASTREAM[0]:
+        for a in range(0, reader.num_samples, WINDOW):
+            n += len(reader.get_batch(np.arange(a, min(a + WINDOW, reader.num_samples)))["name"])
+    return n
+
+
+def run_astream_window(shards: list[Shard], sh: Ints, off: Ints) -> int:
+    # astream's decode_ahead over the plan's 4,096-record windows (it groups them itself).
+    from astream._dataset.ahead import decode_ahead
+
+    readers, layouts = _ASTREAM
+    n = 0
+    for a in range(0, len(sh), WINDOW):
+        ahead = decode_ahead(layouts, readers.__getitem__, sh[a : a + WINDOW], off[a : a + WINDOW], a)
+        assert ahead is not None
+        n += ahead.stop - ahead.start
+    return n
+
+
+_ASTREAM: tuple[list[Any], list[Any]] = ([], [])
+
 MODES: dict[str, Callable[[list[Shard], Ints, Ints], int]] = {
     "seq": run_seq, "plan": run_plan, "window": run_window, "gather": run_gather,
     # Larger windows: the records of a shard a window takes lie closer together.
     "window-16k": lambda shards, sh, off: run_window(shards, sh, off, 4 * WINDOW),
     "window-all": lambda shards, sh, off: run_window(shards, sh, off, len(sh)),
+    "window-unordered": lambda shards, sh, off: run_window(shards, sh, off, put_back=False),
+    "gather-inplace": run_gather_inplace,
     "copy-seq": run_copy_seq, "copy-window": run_copy_window,
+    "astream-decode-seq": run_astream_seq, "astream-decode-window": run_astream_window,
 }
 
 
@@ -226,6 +292,7 @@ def main() -> None:
     # The cheap code returns what the shards hold: check it once against the plan's ids.
     got = shards[int(sh[0])].decode(off[:1])[0]
     assert int(got[0]) == int(ids[0]), (got, ids[0])
+    _ASTREAM[0][:], _ASTREAM[1][:] = astream_sources(shards)
     times: dict[str, list[float]] = {m: [] for m in MODES}
     for m in MODES:  # warm: the maps faulted in, the code paths run once
         MODES[m](shards, sh, off)
@@ -245,14 +312,17 @@ def main() -> None:
     print("| mode | ns CPU / record (median) | min | sequential / this |")
     print("|---|---:|---:|---:|")
     for m, v in med.items():
-        base = med["copy-seq"] if m.startswith("copy") else med["seq"]
+        base = med["copy-seq"] if m.startswith("copy") else med["astream-decode-seq"] if m.startswith("astream") \
+            else med["seq"]
         print(f"| {m} | {v:,.0f} | {min(times[m]):,.0f} | {base / v:.2f} |")
     if not args.no_astream:
         a0, a1 = statistics.median(astream_ns[False]), statistics.median(astream_ns[True])
         print(f"| astream unshuffled | {a0:,.0f} | {min(astream_ns[False]):,.0f} | |")
         print(f"| astream shuffled | {a1:,.0f} | {min(astream_ns[True]):,.0f} | {a0 / a1:.2f} |")
         best = min(med["window"], med["gather"], med["plan"])  # the 4 MB windows astream decodes
-        print(f"\nfloor shuffled / sequential: {med['seq'] / best:.2f}; astream shuffled / unshuffled: {a0 / a1:.2f}; "
+        d0, d1 = med["astream-decode-seq"], med["astream-decode-window"]
+        print(f"\nastream's decode over the floor: sequential {d0 / med['seq']:.2f}x, windows {d1 / med['window']:.2f}x")
+        print(f"floor shuffled / sequential: {med['seq'] / best:.2f}; astream shuffled / unshuffled: {a0 / a1:.2f}; "
               f"astream over the floor: unshuffled {a0 / med['seq']:.2f}x, shuffled {a1 / best:.2f}x")
 
 
