@@ -31,9 +31,14 @@ Prints ns of CPU per record (median of ``--reps`` passes over the whole epoch) a
 shuffled / sequential ratios; ``astream`` rows are a ``Loader(ds, batch_size=32)``
 without workers, epochs after the first, in the same process.
 
+``--faults`` instead times the ``Loader``'s later epochs in fresh processes (``--reps``
+of each, ``--epochs`` each) with its minor page faults: as is, with the map pages never
+handed back, and with glibc's heap never trimmed too.
+
 Usage (the ``smallvar`` set of ``workers_bench.py``, built by it)::
 
     .venv/bin/python benchmarks/shuffle_floor_bench.py --reps 7
+    .venv/bin/python benchmarks/shuffle_floor_bench.py --faults --reps 3 --epochs 20
 """
 
 from __future__ import annotations
@@ -269,14 +274,79 @@ def loader_pass(root: Path, shuffle: bool, epochs: int) -> list[float]:
     return out
 
 
+def faults_child(root: Path, shuffle: bool, epochs: int, no_drop: bool) -> None:
+    """One process: a Loader's later epochs, CPU, system time and minor faults per record."""
+    import resource
+
+    import astream._dataset.shards as shards_module
+
+    if no_drop:  # the touched map pages never handed back (RSS then grows to the maps read)
+        shards_module.RESIDENT_BUDGET = 1 << 62
+    from astream import Loader, StreamingDataset
+
+    ds = StreamingDataset(local=str(root), batch_size=32, shuffle=shuffle)
+    loader = Loader(ds)
+    n = sum(len(b["name"]) for b in loader)  # the first epoch: shards opened, code warm
+    r0, cpu = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
+    for _ in range(epochs):
+        n = sum(len(b["name"]) for b in loader)
+    r1, cpu = resource.getrusage(resource.RUSAGE_SELF), time.process_time() - cpu
+    loader.close()
+    ds.close()
+    total = n * epochs
+    print(json.dumps({"cpu": cpu / total * 1e9, "sys": (r1.ru_stime - r0.ru_stime) / total * 1e9,
+                      "faults": (r1.ru_minflt - r0.ru_minflt) / epochs}))
+
+
+def faults(root: Path, runs: int, epochs: int) -> None:
+    """Where a shuffled epoch's extra system time goes: page faults, by cause.
+
+    Variants, each in fresh processes: as is; the map pages never handed back (the
+    resident budget off); and glibc's heap never trimmed (``MALLOC_TRIM_THRESHOLD_``,
+    ``MALLOC_TOP_PAD_``: freed objects' pages not returned to the kernel and faulted in
+    again by the next window's objects).
+    """
+    import subprocess
+    import sys
+
+    variants = {"as is": ({}, False), "no page drop": ({}, True),
+                "no page drop, no heap trim": ({"MALLOC_TRIM_THRESHOLD_": str(1 << 32),
+                                                "MALLOC_TOP_PAD_": str(64 << 20)}, True)}
+    got: dict[tuple[str, bool], list[dict[str, float]]] = {}
+    for _ in range(runs):
+        for name, (env, no_drop) in variants.items():
+            for shuffle in (False, True):
+                cmd = [sys.executable, __file__, "--faults-child", "--data", str(root), "--epochs", str(epochs)]
+                cmd += (["--shuffle"] if shuffle else []) + (["--no-drop"] if no_drop else [])
+                out = subprocess.run(cmd, capture_output=True, text=True, check=True, timeout=600,
+                                     env={**os.environ, **env}).stdout
+                got.setdefault((name, shuffle), []).append(json.loads(out.strip().splitlines()[-1]))
+    print(f"load {os.getloadavg()[0]:.1f}")
+    print("| variant | shuffle | ns CPU / record | of it system | minor faults / epoch |")
+    print("|---|---|---:|---:|---:|")
+    for (name, shuffle), rs in got.items():
+        med = {k: statistics.median(r[k] for r in rs) for k in ("cpu", "sys", "faults")}
+        print(f"| {name} | {'yes' if shuffle else 'no'} | {med['cpu']:,.0f} | {med['sys']:,.0f} | {med['faults']:,.0f} |")
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(BENCH_DATA / "workers" / "smallvar"))
     p.add_argument("--reps", type=int, default=7)
     p.add_argument("--epochs", type=int, default=4, help="astream Loader epochs per pass (the first not counted)")
     p.add_argument("--no-astream", action="store_true")
+    p.add_argument("--faults", action="store_true", help="only the Loader's page faults, by cause (fresh processes)")
+    p.add_argument("--faults-child", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--shuffle", action="store_true", help=argparse.SUPPRESS)
+    p.add_argument("--no-drop", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args()
     root = Path(args.data)
+    if args.faults_child:
+        faults_child(root, args.shuffle, args.epochs, args.no_drop)
+        return
+    if args.faults:
+        faults(root, args.reps, args.epochs)
+        return
     if not (root / "index.json").exists():
         raise SystemExit(f"no dataset at {root}: run benchmarks/workers_bench.py --only smallvar --runs 1 first")
     from astream import StreamingDataset
