@@ -274,6 +274,19 @@ def loader_pass(root: Path, shuffle: bool, epochs: int) -> list[float]:
     return out
 
 
+def thread_cpu() -> dict[str, float]:
+    """CPU seconds (user + system) of each thread of this process, by thread name."""
+    import threading
+
+    names = {t.native_id: t.name for t in threading.enumerate()}
+    out: dict[str, float] = {}
+    for tid in os.listdir("/proc/self/task"):
+        fields = Path(f"/proc/self/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+        name = names.get(int(tid)) or Path(f"/proc/self/task/{tid}/comm").read_text().strip()
+        out[name] = out.get(name, 0.0) + (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
 def faults_child(root: Path, shuffle: bool, epochs: int, no_drop: bool) -> None:
     """One process: a Loader's later epochs, CPU, system time and minor faults per record."""
     import resource
@@ -287,15 +300,17 @@ def faults_child(root: Path, shuffle: bool, epochs: int, no_drop: bool) -> None:
     ds = StreamingDataset(local=str(root), batch_size=32, shuffle=shuffle)
     loader = Loader(ds)
     n = sum(len(b["name"]) for b in loader)  # the first epoch: shards opened, code warm
-    r0, cpu = resource.getrusage(resource.RUSAGE_SELF), time.process_time()
+    r0, cpu, t0 = resource.getrusage(resource.RUSAGE_SELF), time.process_time(), thread_cpu()
     for _ in range(epochs):
         n = sum(len(b["name"]) for b in loader)
-    r1, cpu = resource.getrusage(resource.RUSAGE_SELF), time.process_time() - cpu
+    r1, cpu, t1 = resource.getrusage(resource.RUSAGE_SELF), time.process_time() - cpu, thread_cpu()
     loader.close()
     ds.close()
     total = n * epochs
     print(json.dumps({"cpu": cpu / total * 1e9, "sys": (r1.ru_stime - r0.ru_stime) / total * 1e9,
-                      "faults": (r1.ru_minflt - r0.ru_minflt) / epochs}))
+                      "faults": (r1.ru_minflt - r0.ru_minflt) / epochs,
+                      "main": (t1.get("MainThread", 0) - t0.get("MainThread", 0)) / total * 1e9,
+                      "loop": (t1.get("astream-sync", 0) - t0.get("astream-sync", 0)) / total * 1e9}))
 
 
 def faults(root: Path, runs: int, epochs: int) -> None:
@@ -322,11 +337,12 @@ def faults(root: Path, runs: int, epochs: int) -> None:
                                      env={**os.environ, **env}).stdout
                 got.setdefault((name, shuffle), []).append(json.loads(out.strip().splitlines()[-1]))
     print(f"load {os.getloadavg()[0]:.1f}")
-    print("| variant | shuffle | ns CPU / record | of it system | minor faults / epoch |")
-    print("|---|---|---:|---:|---:|")
+    print("| variant | shuffle | ns CPU / record | of it system | main thread | loop thread | minor faults / epoch |")
+    print("|---|---|---:|---:|---:|---:|---:|")
     for (name, shuffle), rs in got.items():
-        med = {k: statistics.median(r[k] for r in rs) for k in ("cpu", "sys", "faults")}
-        print(f"| {name} | {'yes' if shuffle else 'no'} | {med['cpu']:,.0f} | {med['sys']:,.0f} | {med['faults']:,.0f} |")
+        med = {k: statistics.median(r[k] for r in rs) for k in ("cpu", "sys", "main", "loop", "faults")}
+        print(f"| {name} | {'yes' if shuffle else 'no'} | {med['cpu']:,.0f} | {med['sys']:,.0f} | {med['main']:,.0f} "
+              f"| {med['loop']:,.0f} | {med['faults']:,.0f} |")
 
 
 def main() -> None:
