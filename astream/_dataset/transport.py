@@ -474,20 +474,22 @@ class PipeReader:
     def _read(self) -> None:
         """Read what the pipe holds (at least one byte; blocks until there is one) into the buffer."""
         if self._end == len(self._buf):  # full: move what is left to the front
-            left = bytes(self._view[self._start : self._end])
-            self._buf[: len(left)] = left
-            self._start, self._end = 0, len(left)
+            self._compact()
         n = os.readv(self._fd, [self._view[self._end :]])
         if n == 0:
             raise EOFError("the producer closed the pipe")
         self._end += n
 
+    def _compact(self) -> None:
+        """Move the buffered bytes not handed out yet to the front of the buffer."""
+        left = bytes(self._view[self._start : self._end])
+        self._buf[: len(left)] = left
+        self._start, self._end = 0, len(left)
+
     def _take(self, n: int) -> memoryview:
         """The next ``n`` buffered bytes (``n`` <= the chunk), reading until they are there."""
         if self._start + n > len(self._buf):  # would not fit behind the buffered part
-            left = bytes(self._view[self._start : self._end])
-            self._buf[: len(left)] = left
-            self._start, self._end = 0, len(left)
+            self._compact()
         while self._end - self._start < n:
             self._read()
         out = self._view[self._start : self._start + n]
