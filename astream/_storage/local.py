@@ -11,6 +11,7 @@ import asyncio
 import errno
 import os
 import shutil
+from collections.abc import Callable
 from urllib.parse import unquote, urlsplit
 
 import aiofiles
@@ -100,19 +101,52 @@ class LocalStorage(Storage):
         """The whole file in one job of the sink's thread: no hop through the loop per chunk,
         and a kernel copy (``copy_file_range``) where the bytes go to the cache unchanged."""
 
-        def job() -> None:
+        def job(fd: int) -> None:
+            actual = os.fstat(fd).st_size
+            if size is not None and actual != size:
+                raise DownloadError(
+                    f"{url}: the file is {actual} bytes but index.json says {size}; "
+                    "the dataset changed after its index was written"
+                )
+            sink.consume_fd(fd, actual)
+
+        async def attempt(n: int) -> None:
+            before = sink.received
+            try:
+                await self._in_sink_job(url, path, sink, job)
+            finally:
+                ev.on_bytes(sink.received - before)
+            if size is not None and sink.received != size:
+                raise Transient(f"read {sink.received} of {size} bytes (the file changed while read)")
+
+        await with_retries(url, attempt, self.options, ev)
+
+    async def copy_into(self, url: str, sink: BufferedSink, job: Callable[[int], None]) -> None:
+        """Run ``job(fd)`` on the file at ``url``, opened read-only, in one job of ``sink``'s
+        thread (it feeds the sink there: :meth:`BufferedSink.consume_range`); retried from an
+        empty sink by the storage's policy, the file's ``OSError``s translated as every read's.
+
+        A shard made of ranges of a local file (a Parquet row group) is thus copied without
+        a hop through the loop per range, where a resume's first batch waits for it.
+        """
+        path = local_path_of(url)
+
+        async def attempt(n: int) -> None:
+            if sink.received:
+                await sink.restart()
+            await self._in_sink_job(url, path, sink, job)
+
+        await with_retries(url, attempt, self.options, self.events)
+
+    @staticmethod
+    async def _in_sink_job(url: str, path: str, sink: BufferedSink, job: Callable[[int], None]) -> None:
+        def opened() -> None:
             try:
                 fd = os.open(path, os.O_RDONLY)
             except OSError as exc:
                 raise _translate(url, exc) from exc
             try:
-                actual = os.fstat(fd).st_size
-                if size is not None and actual != size:
-                    raise DownloadError(
-                        f"{url}: the file is {actual} bytes but index.json says {size}; "
-                        "the dataset changed after its index was written"
-                    )
-                sink.consume_fd(fd, actual)
+                job(fd)
             except OSError as exc:
                 if isinstance(exc, StorageError):
                     raise
@@ -120,16 +154,7 @@ class LocalStorage(Storage):
             finally:
                 os.close(fd)
 
-        async def attempt(n: int) -> None:
-            before = sink.received
-            try:
-                await sink.run(job)
-            finally:
-                ev.on_bytes(sink.received - before)
-            if size is not None and sink.received != size:
-                raise Transient(f"read {sink.received} of {size} bytes (the file changed while read)")
-
-        await with_retries(url, attempt, self.options, ev)
+        await sink.run(opened)
 
     async def read_bytes(self, url: str) -> bytes:
         path = local_path_of(url)

@@ -138,19 +138,34 @@ class BufferedSink:
         thus never crosses the event loop; where the bytes go unchanged to one file the
         kernel copies them (:func:`copy_range`).
         """
+        if self._received < size:
+            self.consume_range(fd, self._received, size - self._received)
+
+    def consume_range(self, fd: int, offset: int, count: int) -> int:
+        """Take ``count`` bytes of the open file ``fd`` from ``offset`` (in a :meth:`run` job,
+        as :meth:`consume_fd`); returns the bytes taken, fewer only if the file ends first."""
         target = self._copy_target()
-        while self._received < size and not self._aborted:
+        done = 0
+        while done < count and not self._aborted:
             if target is not None:
-                n = copy_range(fd, target, self._received, min(size - self._received, 64 << 20))
+                n = copy_range(fd, target, offset + done, min(count - done, 64 << 20))
                 self._copied(n)
             else:
-                data = os.pread(fd, min(FLUSH_BYTES, size - self._received), self._received)
+                data = os.pread(fd, min(FLUSH_BYTES, count - done), offset + done)
                 n = len(data)
                 if n:
                     self._consume([data])
             if n == 0:
-                return  # the file is shorter than it was: the caller sees received < size
+                break  # the file is shorter than it was: the caller sees fewer bytes
             self._received += n
+            done += n
+        return done
+
+    def consume_data(self, data: bytes) -> None:
+        """Take ``data`` (in a :meth:`run` job, as :meth:`consume_fd`)."""
+        if data and not self._aborted:
+            self._consume([data])
+            self._received += len(data)
 
     # -- async face ------------------------------------------------------------------------
     def _run(self, fn: object, *args: object) -> asyncio.Future[None]:

@@ -251,6 +251,31 @@ def test_a_changed_file_is_refused(tmp_path: Path) -> None:
         fresh.close()
 
 
+@pytest.mark.parametrize("over", ["local", "http"])
+def test_a_file_rewritten_to_the_same_size_is_refused_by_its_footer(tmp_path: Path, over: str) -> None:
+    """A local folder's row groups are copied in one job (a kernel copy of each range), an
+    HTTP remote's by ranged requests: both check the footer before a byte is kept."""
+    root = tmp_path / "data"
+    data.write(root, files=2, groups=(1000, 1000))
+    target = root / "part-01.parquet"
+    table = pq.read_table(target)
+    pq.write_table(table.replace_schema_metadata({"v": "1"}), target, row_group_size=1000)
+    cli(["-q", "index", str(root)])
+    with LoopbackServer(str(root)) as server:
+        remote = str(root) if over == "local" else server.url
+        ds = StreamingDataset(remote=remote, local=str(tmp_path / "cache"), format="parquet", batch_size=10)
+        try:
+            size = target.stat().st_size
+            pq.write_table(table.replace_schema_metadata({"v": "2"}), target, row_group_size=1000)
+            assert target.stat().st_size == size  # only the footer's bytes differ
+            with pytest.raises(SourceChangedError, match=r"part-01\.parquet: the file changed .*its footer differs"):
+                ds[3000]
+            assert not [p for p in (tmp_path / "cache").rglob("*") if p.is_file() and "part-01" in p.name]
+            assert int(ds[10]["id"]) == 10  # the unchanged file still reads
+        finally:
+            ds.close()
+
+
 def test_bounded_cache_evicts_row_groups_and_a_local_folder_reads_in_place(tmp_path: Path) -> None:
     root = tmp_path / "data"
     paths = data.write(root, files=1, groups=(1000,) * 4)
