@@ -109,8 +109,10 @@ class SyncIterator(Generic[T]):
             if not self._sized:
                 # Small items: let the queue grow deeper (depth.py).
                 self._sized = True
-                for _ in range(queue_depth(self._maxsize, value) - self._maxsize):
-                    self._portal.loop.call_soon_threadsafe(self._slots.release)
+                extra = queue_depth(self._maxsize, value) - self._maxsize
+                if extra > 0:
+                    # One wake-up of the loop for all of them, not one per slot.
+                    self._portal.loop.call_soon_threadsafe(_release, self._slots, extra)
             self._portal.loop.call_soon_threadsafe(self._slots.release)
             return value  # type: ignore[no-any-return]
         self._done = True
@@ -141,3 +143,8 @@ class SyncIterator(Generic[T]):
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _release(slots: asyncio.Semaphore, count: int) -> None:
+    for _ in range(count):
+        slots.release()

@@ -11,6 +11,7 @@ keep the depth asked for, and the memory held ahead stays bounded either way.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from typing import Any
 
@@ -36,6 +37,9 @@ def batch_nbytes(batch: Any) -> int:
     if isinstance(batch, dict):
         return sum(batch_nbytes(v) for v in batch.values())
     if isinstance(batch, (list, tuple)):
+        if batch and isinstance(batch[0], (str, bytes)):
+            with contextlib.suppress(TypeError):  # (not all strings: each element on its own)
+                return sum(map(len, batch))  # a column of strings or bytes, without a call per value
         return sum(batch_nbytes(v) for v in batch)
     nbytes = getattr(batch, "nbytes", None)  # framework tensors
     if isinstance(nbytes, int):

@@ -129,3 +129,13 @@ def test_close_wakes_a_thread_waiting_for_the_next_item(portal: LoopThread) -> N
     it.close()
     waiter.join(5)
     assert outcome == ["stopped"]
+
+
+def test_batch_nbytes_counts_columns_of_strings_and_mixed_lists() -> None:
+    import numpy as np
+
+    from astream._dataset.depth import batch_nbytes
+
+    assert batch_nbytes({"s": ["ab", "cde"], "b": [b"x" * 10, b""], "n": np.zeros(4, np.int64)}) == 5 + 10 + 32
+    assert batch_nbytes(["ab", None, "c"]) == 3 + batch_nbytes(None)  # a null: each value on its own
+    assert batch_nbytes([np.zeros(2, np.float32), "abc"]) == 8 + 3
