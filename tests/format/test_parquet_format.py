@@ -68,6 +68,14 @@ def test_mapped_file_reads_ranges_at_their_offsets_and_zeros_between() -> None:
     assert f.seek(0, 2) == 30
     f.seek(22)
     assert f.read(100) == b"GH" + b"\0" * 6
+    out = bytearray(b"\xff" * 24)  # what the caller's buffer held before is overwritten, gaps with zeros
+    f.seek(0)
+    assert f.readinto(out) == 24
+    assert bytes(out) == b"\0" * 10 + b"ABCD" + b"\0" * 6 + b"EFGH"
+    out = bytearray(b"\xff" * 3)
+    f.seek(14)
+    assert f.readinto(out) == 3
+    assert bytes(out) == b"\0\0\0"
 
 
 def test_column_kinds() -> None:

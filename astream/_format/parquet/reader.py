@@ -85,16 +85,21 @@ class _Mapped(io.RawIOBase):
     def readinto(self, out: Any) -> int:
         view = memoryview(out).cast("B")
         n = min(len(view), max(0, self._size - self._pos))
-        view[:n] = bytes(n)
         pos, stop = self._pos, self._pos + n
+        filled = pos  # up to where ``view`` holds the file's bytes (or the zeros of a gap)
         k = max(0, bisect.bisect_right(self._starts, pos) - 1)
         while k < len(self._ranges) and self._ranges[k][0] < stop:
             a, b = self._ranges[k]
             lo, hi = max(a, pos), min(b, stop)
             if lo < hi:
+                if lo > filled:
+                    view[filled - pos : lo - pos] = bytes(lo - filled)
                 src = self._local[k] + lo - a
                 view[lo - pos : hi - pos] = self._buf[src : src + hi - lo]
+                filled = hi
             k += 1
+        if stop > filled:
+            view[filled - pos : n] = bytes(stop - filled)
         self._pos = stop
         return n
 
