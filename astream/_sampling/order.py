@@ -72,9 +72,23 @@ class WorkerBatches:
 
 
 def worker_batches(plan: EpochPlan, node: int, local_rank: int, worker: int, *, drop_last: bool = False) -> WorkerBatches:
-    """The batches worker ``worker`` of rank ``(node, local_rank)`` reads in ``plan``'s epoch."""
+    """The batches worker ``worker`` of rank ``(node, local_rank)`` reads in ``plan``'s epoch.
+
+    The last answer is kept on the plan: a resume asks the same twice in a row (the
+    warm start's first shards at ``load_state_dict``, then the iteration's reader), and
+    each costs a pass over the rest of the epoch. Its arrays are read-only, so the two
+    askers cannot change each other's.
+    """
+    key = (node, local_rank, worker, drop_last)
+    memo = plan.__dict__.get("_last_worker_batches")
+    if memo is not None and memo[0] == key:
+        return memo[1]  # type: ignore[no-any-return]
     ids = plan.worker_ids(node, local_rank, worker)
-    return WorkerBatches.of(ids[ids >= 0], plan.batch_size, drop_last)
+    order = WorkerBatches.of(ids[ids >= 0], plan.batch_size, drop_last)
+    order.ids.flags.writeable = False
+    order.bounds.flags.writeable = False
+    plan.__dict__["_last_worker_batches"] = (key, order)
+    return order
 
 
 def num_batches(num_ids: int, batch_size: int, drop_last: bool) -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
@@ -72,3 +73,21 @@ def test_rank_batches_merge_each_workers_batches(
     ]
     flat = np.concatenate(got).tolist() if got else []
     assert plan.rank_order(node, rank, drop_last=drop_last).tolist() == flat
+
+
+def test_worker_batches_kept_for_a_second_ask_read_only_and_per_worker() -> None:
+    plan = EpochPlan([{"shard_sizes": [50, 70]}], shuffle=True, shuffle_seed=3, batch_size=4,
+                     num_physical_nodes=1, ranks_per_node=2, workers_per_rank=2, epoch=1, sample_in_epoch=16)
+    first = worker_batches(plan, 0, 1, 1)
+    assert worker_batches(plan, 0, 1, 1) is first  # a resume asks twice: one pass over the epoch
+    with pytest.raises(ValueError, match="read-only"):
+        first.ids[0] = 0
+    other = worker_batches(plan, 0, 1, 0)
+    assert other is not first
+    assert not set(other.ids.tolist()) & set(first.ids.tolist())
+    again = worker_batches(plan, 0, 1, 1)
+    assert again is not first  # only the last answer is kept
+    assert np.array_equal(again.ids, first.ids)
+    assert np.array_equal(again.bounds, first.bounds)
+    dropped = worker_batches(plan, 0, 1, 1, drop_last=True)
+    assert dropped.num_samples == len(first.ids) - len(first.ids) % 4

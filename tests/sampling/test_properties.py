@@ -6,11 +6,12 @@ import math
 
 import numpy as np
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import assume, given, reject, settings
 from hypothesis import strategies as st
 
 from astream._sampling.shuffle import shuffle_parts
 from astream._sampling.shuffle.py1e import tail_order
+from astream.errors import ConfigError
 from astream.sampling import SHUFFLE_ALGOS, EpochPlan, get_partitions, get_shuffle
 
 from .strategies import SHARD_AWARE, block_sizes, canonical_nodes, epochs, seeds, shard_sizes
@@ -54,6 +55,18 @@ def worlds(draw: st.DrawFn, ncn: int) -> tuple[int, int, int, int]:
 
 
 def _plan(sizes, algo, ncn, seed, epoch, world, **kw) -> EpochPlan:
+    try:
+        return _plan_of(sizes, algo, ncn, seed, epoch, world, **kw)
+    except ConfigError as exc:
+        # A few samples over more physical nodes than canonical ones: MosaicML's padding
+        # slice fails for some such worlds, and astream raises where it would. The
+        # properties are about the worlds it partitions.
+        if "too small to partition" not in str(exc):
+            raise
+        reject()
+
+
+def _plan_of(sizes, algo, ncn, seed, epoch, world, **kw) -> EpochPlan:
     nodes, ranks, workers, batch = world
     return EpochPlan([{"shard_sizes": sizes}], shuffle=True, shuffle_algo=algo, shuffle_seed=seed,
                      num_canonical_nodes=ncn, shuffle_block_size=64, batch_size=batch,
