@@ -344,6 +344,8 @@ class Agent:
 
     def _arrive(self, conn: Conn, msg: dict[str, Any], request: int) -> None:
         name = msg["name"] if msg["op"] == "barrier" else f"epoch:{msg['name']}"
+        if msg["op"] == "begin_epoch" and msg.get("epoch") is not None:
+            self._epoch, self._epoch_set = msg["epoch"], True  # a resume's epoch (as set_epoch)
         self._warn_twins(conn)
         now = time.monotonic()
         try:

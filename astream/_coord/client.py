@@ -258,13 +258,16 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         await self._arrive("barrier", name, parties, timeout)
 
     async def begin_epoch(self, parties: int | Sequence[str] | None = None, *, timeout: float | None = None,
-                          name: str = "iter") -> int:
+                          name: str = "iter", resume_epoch: int | None = None) -> int:
         """Meet the node's other parties at the start of an iteration; return the epoch to run.
 
         All parties get the same number; the node's counter then advances by one (MosaicML
-        advances it at the start of iteration: spec 4.8).
+        advances it at the start of iteration: spec 4.8). ``resume_epoch`` first sets the
+        counter, as :meth:`set_epoch` does, in the same round trip (a resume's first batch
+        waits for it).
         """
-        answer = await self._arrive("begin_epoch", name, parties, timeout)
+        answer = await self._arrive("begin_epoch", name, parties, timeout,
+                                    {} if resume_epoch is None else {"epoch": resume_epoch})
         epoch: int = answer["epoch"]
         self._epoch_hint = epoch + 1
         return epoch
@@ -300,14 +303,14 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             log.warning("astream: %s could not rejoin the node: %s", self.member, exc)
 
     async def _arrive(self, op: str, name: str, parties: int | Sequence[str] | None,
-                      timeout: float | None) -> dict[str, Any]:
+                      timeout: float | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
         if parties is None:
             parties = list(self.world.node_members())
         wanted: int | list[str] = parties if isinstance(parties, int) else list(parties)
         timeout = self.config.barrier_timeout if timeout is None else timeout
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        message = {"op": op, "name": name, "parties": wanted, "timeout": timeout}
+        message = {"op": op, "name": name, "parties": wanted, "timeout": timeout, **(extra or {})}
         try:
             return await within(
                 timeout + min(5.0, 0.5 + timeout / 2),  # the agent answers first unless it hangs

@@ -127,7 +127,9 @@ REQUESTS: dict[str, dict[str, str]] = {
     "pin": {"key": _STR},
     "unpin": {"key": _STR},
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
-    "begin_epoch": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
+    # ``epoch``: set the node's next epoch first, as ``set_epoch`` would (a resume), in the
+    # same message (absent: the node's counter as it is).
+    "begin_epoch": {"name": _STR, "parties": _PARTIES, "timeout": _NUM, "epoch": _OPT_INT},
     "set_epoch": {"epoch": _INT},
     "get_epoch": {},
     "inspect": {"key": _STR},

@@ -251,9 +251,8 @@ class StreamingDataset(RandomAccess):
                             num_canonical_nodes=self.run.ncn, warn=self.run.first_cache_check())
         world = self.config.unique_world
         first = world.node * world.ranks_per_node
-        if resume is not None:
-            await node.set_epoch(resume.epoch)
-        epoch = await node.begin_epoch([main_member(r) for r in range(first, first + world.ranks_per_node)])
+        epoch = await node.begin_epoch([main_member(r) for r in range(first, first + world.ranks_per_node)],
+                                       resume_epoch=None if resume is None else resume.epoch)
         return self.run.started(epoch, resume)
 
     def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:

@@ -205,6 +205,11 @@ async def test_barrier_and_epoch(node: Node) -> None:
     assert await clients[2].get_epoch() == 7
     assert await asyncio.gather(*(c.begin_epoch(members) for c in clients)) == [7, 7, 7]
     assert await clients[1].get_epoch() == 8
+    # A resume sets the epoch in its arrival (every rank the same, as each sets it first).
+    assert await asyncio.gather(*(c.begin_epoch(members, resume_epoch=3) for c in clients)) == [3, 3, 3]
+    assert await clients[0].get_epoch() == 4
+    assert await asyncio.gather(clients[0].begin_epoch(members, resume_epoch=2), clients[1].begin_epoch(members),
+                                clients[2].begin_epoch(members)) == [2, 2, 2]
 
 
 async def test_barrier_timeout_names_the_missing(node: Node) -> None:
