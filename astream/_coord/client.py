@@ -375,8 +375,9 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             else:
                 listener = try_bind(self.address)
                 if listener is not None:
-                    self.agent_pid = await self._start_agent(listener)
-                    self.started_agents += 1
+                    link = await self._start_and_hello(listener, deadline)
+                    if link is not None:
+                        return link
                     continue
             await asyncio.sleep(pause)
             pause = min(pause * 2, 0.05)
@@ -384,6 +385,45 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             f"{self.member}: could not reach or start the node agent at {self.address} within "
             f"{self.config.connect_timeout}s (CoordConfig.connect_timeout){f'; last error: {last}' if last else ''}"
         )
+
+    async def _start_and_hello(self, listener: Any, deadline: float) -> Link | None:
+        """Start the agent on ``listener`` and say hello to it at once: the connection waits
+        in the listener's backlog and the hello in the socket, so the agent answers as soon
+        as it serves, without a wake-up of this loop in between (a cold resume waits for
+        it). None: connect again (the agent started, but this hello did not get through).
+
+        Raises:
+            CoordinationError: the agent did not start (why), or refused the hello.
+        """
+        loop = asyncio.get_running_loop()
+        sock = try_connect(self.address)
+        starting = asyncio.ensure_future(self._start_agent(listener))
+        if sock is None:  # (the backlog refused it: hello once the agent serves)
+            self.agent_pid = await starting
+            self.started_agents += 1
+            return None
+        hello = asyncio.ensure_future(within(max(0.1, deadline - loop.time()), self._hello(sock)))
+        try:
+            await asyncio.wait({starting, hello}, return_when=asyncio.FIRST_COMPLETED)
+            if starting.done():
+                self.agent_pid = starting.result()  # raises why the agent did not start
+            try:
+                link = await hello
+            except (AgentLost, asyncio.TimeoutError, ConnectionError):
+                self.agent_pid = await starting  # (the reason, if that is why the hello failed)
+                self.started_agents += 1
+                return None
+        except BaseException:
+            for task in (hello, starting):
+                task.cancel()  # (the agent's own start goes on: it ends once nobody came)
+                with contextlib.suppress(BaseException):
+                    await task
+            raise
+        self.started_agents += 1
+        # The hello came back, so the agent serves (its pid is in the answer); its start
+        # returns in a moment, nobody needs to wait for that.
+        starting.add_done_callback(_retrieved)
+        return link
 
     async def _start_agent(self, listener: Any) -> int:
         """Start the node's agent on ``listener`` (off the loop). Cancelled before the agent
@@ -435,4 +475,6 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         return link
 
 
-
+def _retrieved(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # (a start whose agent answered a hello did not fail)

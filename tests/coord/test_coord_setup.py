@@ -77,6 +77,18 @@ async def test_agent_that_cannot_start_says_why(tmp_path: Path, run_id: str, con
     await client.aclose()
 
 
+async def test_agent_thread_that_cannot_start_says_why(tmp_path: Path, run_id: str, config: CoordConfig) -> None:
+    """The electing client says hello while its agent starts: a start that fails still
+    raises its own reason, not a lost connection, and the next client elects again."""
+    factory = SimpleProviderFactory(str(tmp_path), str(tmp_path / "cache"), max_concurrency=0)
+    cfg = replace(config, agent_mode="thread")
+    for _ in range(2):
+        client = AsyncNodeClient(str(tmp_path / "cache"), factory, run_id=run_id, world=World(), config=cfg)
+        with pytest.raises(CoordinationError, match=r"thread did not start: .*max_concurrency"):
+            await client.aconnect()
+        await client.aclose()
+
+
 async def test_aclose_survives_cancellation(tmp_path: Path, run_id: str, config: CoordConfig) -> None:
     folder = tmp_path / "remote"
     folder.mkdir()
