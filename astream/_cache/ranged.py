@@ -23,7 +23,7 @@ from astream._storage.local import LocalStorage
 from astream._storage.sink import BufferedSink, Sink
 from astream.errors import AstreamError, DownloadError, SourceChangedError
 
-__all__ = ["fetch_ranges"]
+__all__ = ["copy_ranges_from", "fetch_ranges"]
 
 # A range is read in requests of at most this many bytes (a column chunk can be large).
 _PIECE = 16 << 20
@@ -42,8 +42,8 @@ async def fetch_ranges(
             the file has another size now.
         DownloadError: a ranged read failed for good.
     """
-    *chunks, (start, end) = source.ranges
-    pieces = [(piece, min(b, piece + _PIECE)) for a, b in _joined(chunks) for piece in range(a, b, _PIECE)]
+    start, end = source.ranges[-1]
+    pieces = _pieces(source)
     if isinstance(storage, LocalStorage) and isinstance(sink, BufferedSink):
         await storage.copy_into(url, sink, functools.partial(_copy_local, url, source, pieces, sink))
         if on_bytes is not None:
@@ -79,6 +79,17 @@ async def fetch_ranges(
     if on_bytes is not None:
         on_bytes(len(footer))
     await sink.write(footer)
+
+
+def copy_ranges_from(fd: int, url: str, source: SourceRanges, sink: BufferedSink) -> None:
+    """:func:`fetch_ranges` from the open local file ``fd`` (the object at ``url``), on the
+    calling thread: ``sink`` takes the bytes through :meth:`BufferedSink.consume_range`."""
+    _copy_local(url, source, _pieces(source), sink, fd)
+
+
+def _pieces(source: SourceRanges) -> list[tuple[int, int]]:
+    """The requests that read ``source``'s ranges but its footer (touching ranges joined)."""
+    return [(piece, min(b, piece + _PIECE)) for a, b in _joined(list(source.ranges[:-1])) for piece in range(a, b, _PIECE)]
 
 
 def _copy_local(url: str, source: SourceRanges, pieces: list[tuple[int, int]], sink: BufferedSink, fd: int) -> None:

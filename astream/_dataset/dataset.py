@@ -32,6 +32,7 @@ from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.config import DatasetConfig
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
+from astream._dataset.preopen import preopen
 from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
@@ -267,7 +268,9 @@ class StreamingDataset(RandomAccess):
         warm, resume = self.__dict__.get("_warm"), self.run.resume
         if warm is not None and resume is not None:
             # (the plan, which the iteration needs anyway, is then cached for it)
-            warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
+            keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
+            warm.redirect(keys)
+            preopen(keys, self.sample_map, self.config.streams, self.session.shards)
 
     @asynccontextmanager
     async def open_epoch_reader(

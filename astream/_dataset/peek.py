@@ -41,6 +41,7 @@ import xxhash
 
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
+from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
 from astream._storage.base import Storage, StorageOptions
@@ -77,7 +78,7 @@ class PeekedRecords:
     (:meth:`astream._dataset.arriving.ArrivingShards.verify`).
     """
 
-    def __init__(self, reader: ShardReader, offsets: Int64Array, spans: list[Span]) -> None:
+    def __init__(self, reader: SampleSource, offsets: Int64Array, spans: list[Span]) -> None:
         self._reader = reader
         self._offsets = offsets  # sorted, unique: entry i of the small shard is record offsets[i]
         self.spans = spans
@@ -88,7 +89,7 @@ class PeekedRecords:
         self.run: int | None = None
 
     @property
-    def reader(self) -> ShardReader:
+    def reader(self) -> SampleSource:
         """The small shard the records are entries of (entry i is record ``offsets[i]``)."""
         return self._reader
 

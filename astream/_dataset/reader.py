@@ -35,6 +35,7 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
@@ -54,7 +55,7 @@ from astream._format.record import RecordLayout
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
-from astream.errors import AstreamError
+from astream.errors import AstreamError, ServedSamplesError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -127,6 +128,9 @@ class EpochReader(AsyncResource):
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
         self._reading_ahead = self._peek is not None
+        # Row groups decoded ahead of their install may serve the first batches (not with a
+        # bounded cache, for the same reason as reading ahead).
+        self._offers_open = not bounded
         self._smap = smap
         self._shards = shards
         self.order = order
@@ -296,6 +300,8 @@ class EpochReader(AsyncResource):
             # Decoded already, from ready leases or from a run of a shard still arriving
             # (whose spans were noted, to check, when that run was served).
             return {}
+        if self._offers_open and (offered := await self._from_offers(a, b)) is not None:
+            return offered
         peek = self._peek if self._reading_ahead else None
         arriving = self._arriving
         if peek is None and arriving is None:
@@ -327,6 +333,36 @@ class EpochReader(AsyncResource):
                 return early
         await self._ready_until(b)
         return {}
+
+    async def _from_offers(self, a: int, b: int) -> dict[int, PeekedRecords] | None:
+        """Positions ``a:b`` from row groups decoded before their install (a resume's first,
+        :mod:`astream._dataset.preopen`), if their decoding ends before their leases resolve;
+        each is checked against the installed file once its lease resolves (its failure
+        stops the iteration). None: read as usual (the cache's readers then take those
+        decodings where the installed bytes are the same)."""
+        pending = self._pending_in(a, b)
+        offers = {shard: self._shards.offered(shard) for shard in pending}
+        if not pending or any(f is None for f in offers.values()):
+            self._offers_open = not pending  # only the first batches of an iteration
+            return None
+        decoded = asyncio.gather(*(asyncio.wrap_future(f) for f in offers.values() if f is not None))
+        decoded.add_done_callback(_retrieve)
+        leases = [self._ready[lease] for lease in pending.values()]
+        waiting: set[asyncio.Future[Any]] = {decoded, *leases}
+        while decoded in waiting and any(f in waiting for f in leases):
+            _, waiting = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+        if not decoded.done() or decoded.exception() is not None:
+            return None  # the leases were first (or a decoding failed): read them from the cache
+        out: dict[int, PeekedRecords] = {}
+        for (shard, lease), (reader, digest) in zip(pending.items(), decoded.result(), strict=True):
+            samples = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].samples
+            out[shard] = PeekedRecords(reader, np.arange(samples, dtype=np.int64), [])
+            if lease not in self._checks:
+                task = asyncio.get_running_loop().create_task(self._check(lease, functools.partial(
+                    _same_bytes, digest, f"shard {shard}: its row group, served before it was installed,")))
+                self._checks[lease] = task
+                task.add_done_callback(functools.partial(self._check_done, lease))
+        return out
 
     def _pending_in(self, a: int, b: int) -> dict[int, int]:
         """The pending leases (by shard) of shards that positions ``a:b`` read."""
@@ -366,11 +402,14 @@ class EpochReader(AsyncResource):
                 self._checks[lease] = task
                 task.add_done_callback(functools.partial(self._check_done, lease))
 
-    async def _check(self, lease: int) -> None:
-        """Once ``lease`` resolves, check what was served of its shard early against the file."""
+    async def _check(self, lease: int, verify: Callable[[str], None] | None = None) -> None:
+        """Once ``lease`` resolves, check what was served of its shard early against the file
+        (``verify(path)``; by default the arriving records' spans)."""
         arriving = self._arriving
-        assert arriving is not None
         shard = int(self._lease_shard[lease])
+        if verify is None:
+            assert arriving is not None
+            verify = functools.partial(arriving.verify, shard)
         future = self._ready[lease]
         await asyncio.wait([future])  # (not cancelling the lease if this check is cancelled)
         try:
@@ -381,14 +420,15 @@ class EpochReader(AsyncResource):
                 key = self._key(lease)
                 path = await self._node.ensure(key, pin=True)
                 try:
-                    await asyncio.to_thread(arriving.verify, shard, path)
+                    await asyncio.to_thread(verify, path)
                 finally:
                     await self._node.unpin(key)
                 return
         except BaseException:
-            arriving.forget(shard)
+            if arriving is not None:
+                arriving.forget(shard)
             raise
-        await asyncio.to_thread(arriving.verify, shard, path)
+        await asyncio.to_thread(verify, path)
 
     def _check_done(self, lease: int, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is None:
@@ -642,3 +682,19 @@ class EpochReader(AsyncResource):
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
         await self._settle_checks()
+
+
+def _same_bytes(digest: int, what: str, path: str) -> None:
+    """Raise unless the file at ``path`` holds the bytes whose xxh3-64 is ``digest``."""
+    with open(path, "rb") as fh:
+        got = xxhash.xxh3_64_intdigest(fh.read())
+    if got != digest:
+        raise ServedSamplesError(
+            f"{path}: {what} differs from the installed file (the source changed while it was read?); "
+            "the samples handed out from it may be wrong: start the epoch again"
+        )
+
+
+def _retrieve(future: asyncio.Future[Any]) -> None:
+    if not future.cancelled():
+        future.exception()

@@ -17,11 +17,14 @@ from __future__ import annotations
 
 import contextlib
 import mmap
+import threading
 from collections import OrderedDict
 from collections.abc import Iterable
+from concurrent.futures import Future
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from astream._arrays import sorted_unique
 from astream._dataset.layout import SampleMap
@@ -31,6 +34,8 @@ __all__ = ["RESIDENT_BUDGET", "OpenShards", "ResidentPages", "drop_pages", "leas
 
 Int64Array = npt.NDArray[np.int64]
 
+# A shard decoded ahead of its install, and the xxh3-64 of the bytes it was decoded from.
+Decoded = tuple[SampleSource, int]
 # Bytes read from mapped shards after which their touched pages are handed back.
 RESIDENT_BUDGET = 32 << 20
 # Decoded row groups (Parquet) kept open at most, in bytes (the most recent one always).
@@ -92,15 +97,65 @@ class OpenShards:
         self._max_open = max_open
         self._open: OrderedDict[int, SampleSource] = OrderedDict()
         self._held = 0  # bytes the open shards hold decoded
+        # Shards being decoded from bytes read before their install (see offer).
+        self._offered: dict[int, Future[Decoded]] = {}
+        self._lock = threading.Lock()  # (offers come from another thread than the reads)
+
+    def offer(self, shard: int, decoded: Future[Decoded]) -> None:
+        """``decoded`` will hold ``shard`` decoded from bytes read before it was installed, and
+        those bytes' xxh3-64 (a resume's first row group, decoded while the node agent starts;
+        see :mod:`astream._dataset.preopen`). :meth:`get` takes that reader instead of
+        decoding the installed file again, waiting for it if it is still being decoded, if
+        the installed file holds exactly those bytes."""
+        with self._lock:
+            old = self._offered.pop(shard, None)
+            self._offered[shard] = decoded
+        if old is not None:
+            _drop_offer(old)
+
+    def offered(self, shard: int) -> Future[Decoded] | None:
+        """The decoding offered for ``shard`` and not taken yet (see :meth:`offer`), or None."""
+        with self._lock:
+            return self._offered.get(shard)
+
+    def withdraw_offers(self) -> None:
+        """Drop the offers not taken (their readers, and memory, go with them)."""
+        with self._lock:
+            offered, self._offered = self._offered, {}
+        for decoded in offered.values():
+            _drop_offer(decoded)
+
+    def _offered_for(self, shard: int, path: str) -> SampleSource | None:
+        with self._lock:
+            decoded = self._offered.pop(shard, None)
+        if decoded is None:
+            return None
+        try:
+            # The decode started before the shard was installed: what is left of it is
+            # shorter than decoding the installed file from the start.
+            reader, digest = decoded.result()
+        except Exception:  # (a hint: the installed file is decoded, and reports its own errors)
+            return None
+        try:
+            with open(path, "rb") as fh:
+                same = xxhash.xxh3_64_intdigest(fh.read()) == digest
+        except OSError:
+            same = False  # (opening it below reports what is wrong)
+        if same:
+            return reader
+        reader.close()  # other bytes than the installed ones: decode the installed file
+        return None
 
     def get(self, shard: int, path: str) -> SampleSource:
         reader = self._open.get(shard)
         if reader is not None:
             self._open.move_to_end(shard)
             return reader
-        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        reader = open_shard(path, self._smap.layouts[shard], info)
-        drop_pages(reader)  # opening read the first chunk of record heads
+        reader = self._offered_for(shard, path) if self._offered else None
+        if reader is None:
+            info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+            reader = open_shard(path, self._smap.layouts[shard], info)
+            drop_pages(reader)  # opening read the first chunk of record heads
         self._open[shard] = reader
         self._held += held_bytes(reader)
         while len(self._open) > self._max_open or (self._held > DECODED_BUDGET and len(self._open) > 1):
@@ -118,12 +173,21 @@ class OpenShards:
                 drop_pages(reader)
 
     def close(self) -> None:
+        self.withdraw_offers()
         readers = list(self._open.values())
         self._open.clear()
         self._held = 0
         for reader in readers:
             with contextlib.suppress(Exception):
                 reader.close()
+
+
+def _drop_offer(decoded: Future[Decoded]) -> None:
+    def close(done: Future[Decoded]) -> None:
+        if not done.cancelled() and done.exception() is None:
+            done.result()[0].close()
+
+    decoded.add_done_callback(close)  # (now if decoded already, else when it is)
 
 
 class ResidentPages:

@@ -4,6 +4,7 @@ MDS, and bad input. Values are compared with pyarrow's own read of the same file
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import os
 import shutil
@@ -27,6 +28,7 @@ from astream.errors import (
     ConfigError,
     IndexFormatError,
     LayoutWarning,
+    ServedSamplesError,
     ShardFormatError,
     SourceChangedError,
     StateError,
@@ -404,3 +406,99 @@ def test_shuffled_resume_on_two_nodes_every_row_once_exact(folder: tuple[Path, d
         ds.close()
     assert len(seen) == 4000
     assert sorted(seen + rest) == sorted(truth)
+
+
+def _delayed_agent_copies(monkeypatch: pytest.MonkeyPatch, seconds: float) -> None:
+    """The (thread-mode) node agent's copies of local row groups start ``seconds`` late, so a
+    row group decoded ahead of its install is ready before its lease."""
+    from astream._storage.local import LocalStorage
+
+    copy_into = LocalStorage.copy_into
+
+    async def late(self: LocalStorage, *args: Any, **kwargs: Any) -> None:
+        await asyncio.sleep(seconds)
+        await copy_into(self, *args, **kwargs)
+
+    monkeypatch.setattr(LocalStorage, "copy_into", late)  # (the agent runs on this process's threads)
+
+
+def _count_decodes(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    from astream._format.parquet import reader as parquet_reader
+
+    made: list[str] = []
+    init = parquet_reader.RowGroupReader.__init__
+
+    def counted(self: Any, path: str, *args: Any, **kwargs: Any) -> None:
+        made.append(path)
+        init(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(parquet_reader.RowGroupReader, "__init__", counted)
+    return made
+
+
+@pytest.mark.parametrize("late", [0.0, 0.3])
+def test_a_resume_decodes_its_first_row_group_once_ahead_of_its_install_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        late: float) -> None:
+    # load_state_dict reads and decodes the resume's row group while the node agent starts
+    # (astream._dataset.preopen); the first batches come from that decoding, checked against
+    # the installed file, and the row group is decoded once, not again from the cache.
+    root, truth = folder
+    if late:
+        _delayed_agent_copies(monkeypatch, late)  # the decoding is surely first: served early
+    made = _count_decodes(monkeypatch)
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", batch_size=50)
+    try:
+        loader = Loader(ds, drop_last=False)
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 2100})  # row group 2 of file 0
+        seen = [i for batch in loader for i in _check(batch, truth)]
+        loader.close()
+        assert seen == sorted(truth)[2100:]
+        ahead = [p for p in made if "read ahead of its install" in p]
+        assert len(ahead) == 1
+        assert [p for p in made if "rg00002" in p and "part-00" in p] == []  # not decoded again
+    finally:
+        ds.close()
+
+
+def test_a_row_group_decoded_ahead_from_other_bytes_stops_the_epoch(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Served before its install, a row group whose bytes turn out not to be the installed
+    # ones (the source changed between the two reads) stops the iteration loudly; without
+    # the early serving the installed file is decoded instead (no error, exact rows).
+    import astream._dataset.preopen as preopen_module
+
+    root, truth = folder
+    _delayed_agent_copies(monkeypatch, 0.3)
+
+    class OtherDigest:
+        @staticmethod
+        def xxh3_64_intdigest(data: bytes) -> int:
+            return 12345  # as if the bytes read ahead were not the ones installed
+
+    monkeypatch.setattr(preopen_module, "xxhash", OtherDigest)
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", batch_size=50)
+    try:
+        loader = Loader(ds, drop_last=False)
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 2100})
+        with pytest.raises(ServedSamplesError, match="served before it was installed"):
+            _ = [_check(batch, truth) for batch in loader]
+        loader.close()
+    finally:
+        ds.close()
+    monkeypatch.undo()
+    monkeypatch.setattr(preopen_module, "xxhash", OtherDigest)
+    fresh = StreamingDataset(remote=str(root), local=str(tmp_path / "cache2"), format="parquet", batch_size=50)
+    try:
+        loader = Loader(fresh, drop_last=False)
+        state = {**loader.state_dict(), "sample_in_epoch": 2100}
+        from astream._dataset.shards import OpenShards
+
+        monkeypatch.setattr(OpenShards, "offered", lambda self, shard: None)  # never served early
+        made = _count_decodes(monkeypatch)
+        loader.load_state_dict(state)
+        assert [i for batch in loader for i in _check(batch, truth)] == sorted(truth)[2100:]
+        loader.close()
+        assert len([p for p in made if "rg00002" in p and "part-00" in p]) == 1  # the installed file, decoded
+    finally:
+        fresh.close()

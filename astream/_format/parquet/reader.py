@@ -166,19 +166,23 @@ class RowGroupReader:
         path: the cached file (the shard's source ranges back to back).
         layout: the shard's projected columns.
         info: the shard's index entry (its ranges and the source file's size).
+        data: that file's bytes, read already (then ``path`` only names them in messages).
+        threads: decode the columns on pyarrow's threads (off: on the calling thread only,
+            leaving the other cores to work going on beside it).
 
     Raises:
         ShardFormatError: the cached file has the wrong size or does not decode.
     """
 
-    def __init__(self, path: str, layout: ParquetLayout, info: ShardInfo) -> None:
+    def __init__(self, path: str, layout: ParquetLayout, info: ShardInfo, data: bytes | None = None,
+                 threads: bool = True) -> None:
         _, pq = pyarrow()
         assert info.source is not None
         self.layout = layout
         self.name = path
         self.shard = info.index
         source = info.source
-        self._buf: mmap.mmap | bytes = map_file(path, info.index)
+        self._buf: mmap.mmap | bytes = map_file(path, info.index) if data is None else data
         self._columns: list[_Column] = []
         where = f"{path} (shard {info.index}: {source.file} row group {layout.row_group})"
         try:
@@ -191,7 +195,7 @@ class RowGroupReader:
                 meta = pq.read_metadata(_pa_buffer(footer))
                 file = pq.ParquetFile(_Mapped(self._buf, source.ranges, source.file_bytes), metadata=meta,
                                       pre_buffer=False)
-                table = file.read_row_group(layout.row_group, columns=list(layout.names))
+                table = file.read_row_group(layout.row_group, columns=list(layout.names), use_threads=threads)
             except Exception as exc:  # pyarrow's errors (ArrowInvalid, OSError) name no file
                 raise ShardFormatError(f"{where}: does not decode ({type(exc).__name__}: {exc}); delete it so "
                                        "it is fetched again") from exc
