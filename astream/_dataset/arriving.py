@@ -189,6 +189,15 @@ class ArrivingShards:
             return None
 
     def _records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
+        # min/max, not a sort: numpy lets go of the interpreter lock in a sort however
+        # small, and taking it back beside the decoder's and the download's threads may
+        # wait for their switch interval, once per batch.
+        first_wanted, last_wanted = int(offsets.min()), int(offsets.max())
+        block = self._blocks.get(shard)
+        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
+            # Read for an earlier batch with the records after it (and noted when served:
+            # its spans are checked whichever file it came from): a lookup, no system call.
+            return block[2]
         held = self._file(shard)
         if held is None:
             return None
@@ -207,11 +216,6 @@ class ArrivingShards:
             check_head(head, n, info.samples, info.raw_data.bytes, f"{held.path} (arriving)")
             self._heads[shard] = head
             self._head_span[shard] = (0, length, xxhash.xxh3_64_intdigest(raw))
-        wanted = sorted_unique(offsets)
-        first_wanted, last_wanted = int(wanted[0]), int(wanted[-1])
-        block = self._blocks.get(shard)
-        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
-            return block[2]  # (read for an earlier batch with the records after it)
         if int(head[last_wanted + 1]) > size:
             return None
         # Records arrived in full: [0, arrived). Read a run of them from the first one
@@ -232,6 +236,7 @@ class ArrivingShards:
                 return None
             self._blocks[shard] = (first_wanted, upto, records)
             return records
+        wanted = sorted_unique(offsets)
         begin, end = head[wanted], head[wanted + 1]
         lo, hi = coalesce(begin, end)
         chunks: list[bytes] = []

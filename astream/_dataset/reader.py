@@ -124,6 +124,10 @@ class EpochReader(AsyncResource):
         # the installed file (its failure stops the iteration).
         self._checks: dict[int, asyncio.Task[None]] = {}
         self._first_fetch = True
+        # Leases whose shard was given GRACE_S to land already: the grace is paid once per
+        # shard, not by each of its batches (a shard that is still arriving after it is
+        # read as it arrives).
+        self._graced: set[int] = set()
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
         self._reading_ahead = self._peek is not None
@@ -309,8 +313,11 @@ class EpochReader(AsyncResource):
             # pays only where the wait would be long (a slow link, a shard still decoding,
             # the first batch of an iteration); for a wait of a few milliseconds the copies
             # and the contention with the download cost more than they save.
-            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
-            pending = self._pending_in(a, b)
+            fresh = [lease for lease in pending.values() if lease not in self._graced]
+            if fresh:
+                await asyncio.wait([self._ready[lease] for lease in fresh], timeout=GRACE_S)
+                self._graced.update(fresh)
+                pending = self._pending_in(a, b)
         if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:
             self._reading_ahead = False  # the download is flowing: no more ranged reads
             return early

@@ -232,3 +232,49 @@ def test_a_loader_worker_reads_a_shard_still_arriving(tmp_path: Path, gate: thre
         finally:
             ds.close()
     assert ids == list(range(12_000))
+
+
+@pytest.mark.parametrize("compression", [None, "zstd"])
+def test_a_shard_still_arriving_is_given_its_grace_once(
+    compression: str | None, tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fixed-size records (no window decoded over many batches): a reader waits GRACE_S for
+    an arriving shard to land once, then reads the batches after it as they arrive. Paid by
+    every batch, a shard arriving slower than 32 records per GRACE_S was served at that pace."""
+    remote = tmp_path / "remote"
+    with MDSWriter(out=str(remote), columns={"id": "int64", "x": "ndarray:uint8:200"}, size_limit="512kb",
+                   compression=compression) as writer:
+        for i in range(N):
+            writer.write({"id": i, "x": np.full(200, i % 251, np.uint8)})
+    stored, raw, size, samples = _first_shard(remote)
+    grace = 0.0301  # (a value of its own, to tell the grace's waits from the polls)
+    monkeypatch.setattr(reader_module, "GRACE_S", grace)
+    graces: list[float] = []
+    real_wait = reader_module.asyncio.wait
+
+    async def wait(fs: Any, *, timeout: float | None = None, **kwargs: Any) -> Any:
+        if timeout == grace:
+            graces.append(timeout)
+        return await real_wait(fs, timeout=timeout, **kwargs)
+
+    monkeypatch.setattr(reader_module.asyncio, "wait", wait)
+    cache = tmp_path / "cache"
+    with LoopbackServer(str(remote)) as server:
+        server.add(Fault("stall", match=stored, after=int(size * 0.6), ranged=False, gate=gate))
+        ds = StreamingDataset(remote=server.url, local=str(cache), batch_size=BATCH)
+        try:
+            it = iter(Loader(ds, batch_size=BATCH))
+            ids: list[int] = []
+            while len(ids) < samples // (3 if compression is None else 5):
+                batch = next(it)
+                ids += batch["id"].tolist()
+                assert all((row == i % 251).all() for row, i in zip(batch["x"], batch["id"].tolist(), strict=True))
+            assert not (cache / raw).exists()  # all of these while shard 0 was arriving
+            served, waited = len(ids) // BATCH, len(graces)
+            gate.set()
+            ids += [i for b in it for i in b["id"].tolist()]
+        finally:
+            ds.close()
+    assert ids == list(range(N))
+    assert served >= 8
+    assert waited <= 1, (waited, served)  # shard 0's lease; not one per batch
