@@ -175,6 +175,27 @@ class ArrivingShards:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
+    def lands_within(self, shard: int, elapsed: float, seconds: float) -> bool:
+        """Whether ``shard``'s file, grown for ``elapsed`` seconds at its pace so far, is
+        complete within ``seconds`` (True where unknown: no arriving file read yet, or
+        early reads do not apply: the caller then waits, as for any shard).
+
+        The pace is what has arrived over ``elapsed`` (since the shard was asked for: a
+        transfer queued or slow to start only makes it look slower).
+        """
+        if shard in self._off or shard not in self._open:
+            return True
+        held = self._file(shard)
+        if held is None:
+            return True  # renamed into place (its lease is a moment away), or given up
+        try:
+            size = os.fstat(held.fd).st_size
+        except OSError:
+            return True
+        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
+        left = info.raw_data.bytes - size
+        return left <= 0 or (elapsed > 0 and left * elapsed <= size * seconds)
+
     def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
         """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
         if shard in self._off:

@@ -239,8 +239,9 @@ def test_a_shard_still_arriving_is_given_its_grace_once(
     compression: str | None, tmp_path: Path, gate: threading.Event, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Fixed-size records (no window decoded over many batches): a reader waits GRACE_S for
-    an arriving shard to land once, then reads the batches after it as they arrive. Paid by
-    every batch, a shard arriving slower than 32 records per GRACE_S was served at that pace."""
+    an arriving shard to land, and again only while the shard's pace says it lands within
+    it; then it reads the batches as they arrive. Paid by every batch, a shard arriving
+    slower than 32 records per GRACE_S was served at that pace."""
     remote = tmp_path / "remote"
     with MDSWriter(out=str(remote), columns={"id": "int64", "x": "ndarray:uint8:200"}, size_limit="512kb",
                    compression=compression) as writer:
@@ -277,4 +278,6 @@ def test_a_shard_still_arriving_is_given_its_grace_once(
             ds.close()
     assert ids == list(range(N))
     assert served >= 8
-    assert waited <= 1, (waited, served)  # shard 0's lease; not one per batch
+    # Stalled at 60 %, shard 0 "lands within the grace" for 0.03 * 60 / 40 = 45 ms after it
+    # was asked for, so a second grace at most; not one per batch.
+    assert waited <= 2, (waited, served)
