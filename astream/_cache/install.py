@@ -33,12 +33,9 @@ from astream.errors import CacheError, CompressionError
 __all__ = ["CorruptFile", "ShardSink", "find_temporary", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
-# zstd's output window. Each window costs this thread the interpreter lock twice (when
-# zstd returns, and after the write() of the window), and beside a busy iteration each
-# taking of the lock may wait for the holder's switch interval: few, large windows keep
-# the decoder running at its own pace while the reader iterates (128 KB windows, 2,400
-# for 300 MB, slowed the decoding of a shard still being read by ~1.5x).
-ZSTD_WINDOW = 1 << 20
+# zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
+# mmap threshold), large enough that the write() per window costs little.
+ZSTD_WINDOW = 128 << 10
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
@@ -201,10 +198,6 @@ class ShardSink(BufferedSink):
 
     def _consume(self, chunks: list[bytes]) -> None:
         _, zipped = self._files()
-        if self._zstd is not None and len(chunks) > 1:
-            # One call into zstd for the buffer instead of one per piece the socket gave
-            # (~130 KB each): each call takes the interpreter lock again at least once.
-            chunks = [b"".join(chunks)]
         try:
             for chunk in chunks:
                 if self._hasher is not None:

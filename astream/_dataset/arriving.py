@@ -175,27 +175,6 @@ class ArrivingShards:
             with contextlib.suppress(OSError):
                 os.close(fd)
 
-    def lands_within(self, shard: int, elapsed: float, seconds: float) -> bool:
-        """Whether ``shard``'s file, grown for ``elapsed`` seconds at its pace so far, is
-        complete within ``seconds`` (True where unknown: no arriving file read yet, or
-        early reads do not apply: the caller then waits, as for any shard).
-
-        The pace is what has arrived over ``elapsed`` (since the shard was asked for: a
-        transfer queued or slow to start only makes it look slower).
-        """
-        if shard in self._off or shard not in self._open:
-            return True
-        held = self._file(shard)
-        if held is None:
-            return True  # renamed into place (its lease is a moment away), or given up
-        try:
-            size = os.fstat(held.fd).st_size
-        except OSError:
-            return True
-        info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        left = info.raw_data.bytes - size
-        return left <= 0 or (elapsed > 0 and left * elapsed <= size * seconds)
-
     def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
         """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
         if shard in self._off:
@@ -210,15 +189,6 @@ class ArrivingShards:
             return None
 
     def _records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
-        # min/max, not a sort: numpy lets go of the interpreter lock in a sort however
-        # small, and taking it back beside the decoder's and the download's threads may
-        # wait for their switch interval, once per batch.
-        first_wanted, last_wanted = int(offsets.min()), int(offsets.max())
-        block = self._blocks.get(shard)
-        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
-            # Read for an earlier batch with the records after it (and noted when served:
-            # its spans are checked whichever file it came from): a lookup, no system call.
-            return block[2]
         held = self._file(shard)
         if held is None:
             return None
@@ -237,6 +207,11 @@ class ArrivingShards:
             check_head(head, n, info.samples, info.raw_data.bytes, f"{held.path} (arriving)")
             self._heads[shard] = head
             self._head_span[shard] = (0, length, xxhash.xxh3_64_intdigest(raw))
+        wanted = sorted_unique(offsets)
+        first_wanted, last_wanted = int(wanted[0]), int(wanted[-1])
+        block = self._blocks.get(shard)
+        if block is not None and block[0] <= first_wanted and last_wanted < block[1]:
+            return block[2]  # (read for an earlier batch with the records after it)
         if int(head[last_wanted + 1]) > size:
             return None
         # Records arrived in full: [0, arrived). Read a run of them from the first one
@@ -257,7 +232,6 @@ class ArrivingShards:
                 return None
             self._blocks[shard] = (first_wanted, upto, records)
             return records
-        wanted = sorted_unique(offsets)
         begin, end = head[wanted], head[wanted + 1]
         lo, hi = coalesce(begin, end)
         chunks: list[bytes] = []

@@ -30,7 +30,6 @@ import functools
 import heapq
 import itertools
 import os
-import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
@@ -125,14 +124,6 @@ class EpochReader(AsyncResource):
         # the installed file (its failure stops the iteration).
         self._checks: dict[int, asyncio.Task[None]] = {}
         self._first_fetch = True
-        # Leases whose shard was given GRACE_S to land already, and when each lease was
-        # asked for: a later batch waits again only for a shard that, at the pace its file
-        # grew since, lands within the grace (a fast link: the transfer then runs alone at
-        # full speed and the batches read the installed file); a shard arriving slower is
-        # read as it arrives (paid by every batch, the grace served such a shard at 32
-        # records per GRACE_S).
-        self._graced: set[int] = set()
-        self._asked: dict[int, float] = {}
         # Read ahead only until the first batch comes from the cache: it buys the start of
         # an iteration its latency; later it would fetch bytes the download fetches again.
         self._reading_ahead = self._peek is not None
@@ -250,7 +241,6 @@ class EpochReader(AsyncResource):
 
     async def _request(self, lease: int, first: bool = False) -> None:
         future = self._ready[lease]
-        self._asked[lease] = time.monotonic()
         try:
             path = await self._node.ensure(self._key(lease), pin=True, first=first)
         except BaseException as exc:
@@ -319,12 +309,8 @@ class EpochReader(AsyncResource):
             # pays only where the wait would be long (a slow link, a shard still decoding,
             # the first batch of an iteration); for a wait of a few milliseconds the copies
             # and the contention with the download cost more than they save.
-            fresh = [lease for shard, lease in pending.items() if lease not in self._graced
-                     or arriving.lands_within(shard, time.monotonic() - self._asked.get(lease, 0.0), GRACE_S)]
-            if fresh:
-                await asyncio.wait([self._ready[lease] for lease in fresh], timeout=GRACE_S)
-                self._graced.update(fresh)
-                pending = self._pending_in(a, b)
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
+            pending = self._pending_in(a, b)
         if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:
             self._reading_ahead = False  # the download is flowing: no more ranged reads
             return early
