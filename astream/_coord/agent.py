@@ -338,7 +338,11 @@ class Agent:
         exc = task.exception()
         if exc is not None:
             self.stats["fetch_errors"] += 1
-            log.warning("astream agent: shard %r failed for %d waiter(s): %s", key, len(waiters), exc)
+            # Nobody waiting: a prefetch (whoever asks for it later meets the error again,
+            # with its own request); a warning would only be noise, e.g. for a cache folder
+            # removed right after its dataset closed while a prefetch was still running.
+            log.log(logging.WARNING if waiters else logging.DEBUG,
+                    "astream agent: shard %r failed for %d waiter(s): %s", key, len(waiters), exc)
         for wait in waiters:
             wait.deliver(key, None if exc else task.result(), exc)
 

@@ -153,6 +153,22 @@ async def test_ensure_many_fails_at_first_error(node: Node) -> None:
     assert set(node.provider.pins.values()) == {0}
 
 
+async def test_a_failed_fetch_warns_only_where_someone_waits(node: Node, caplog: pytest.LogCaptureFixture) -> None:
+    node.provider.errors["pre"] = DownloadError("shard 'pre' is gone")
+    node.provider.errors["asked"] = DownloadError("shard 'asked' is gone")
+    client = node.client("c")
+    with caplog.at_level(logging.DEBUG, logger="astream.coord"):
+        await client.prefetch(["pre"])
+        await client.stats()  # (the one-way message went first)
+        node.provider.gate("pre").set()
+        await asyncio.sleep(0.05)
+        node.provider.gate("asked").set()
+        with pytest.raises(DownloadError, match="gone"):
+            await client.ensure("asked")
+    levels = {r.getMessage().split("'")[1]: r.levelno for r in caplog.records if "failed for" in r.getMessage()}
+    assert levels == {"pre": logging.DEBUG, "asked": logging.WARNING}
+
+
 async def test_prefetch_starts_downloads_an_ensure_then_joins(node: Node) -> None:
     node.provider.errors["bad"] = DownloadError("shard 'bad' is gone")
     client = node.client("c")
