@@ -17,9 +17,9 @@ dropped and the installed file decoded, as without it. Nothing here writes to th
 
 Where it applies: Parquet row groups of a stream whose remote is a local folder (reading
 the same bytes twice costs a page-cache copy there; over a network it would take link
-bandwidth from the agent's own transfer), not in the cache yet, of at most
-:data:`PREOPEN_BYTES`. It is a hint: a failure is logged at debug level and the reader
-decodes the installed file.
+bandwidth from the agent's own transfer), not in the cache yet, the first ones read up to
+:data:`PREOPEN_BYTES` in all (a shuffled first batch may read many). It is a hint: a
+failure is logged at debug level and the reader decodes the installed file.
 """
 
 from __future__ import annotations
@@ -46,16 +46,19 @@ __all__ = ["PREOPEN_BYTES", "preopen"]
 
 log = logging.getLogger("astream.dataset")
 
-# Row groups decoded ahead of their install at most this large (their cached bytes).
+# Bytes of row groups decoded ahead of their install at most, in all (their cached bytes).
 PREOPEN_BYTES = 64 << 20
 
 
 def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> None:
-    """Offer ``shards`` the row groups among ``keys`` (shard keys) that apply, each read and
-    decoded on a thread started here; returns at once. Offers of an earlier call are
-    withdrawn (a state loaded again points elsewhere)."""
+    """Offer ``shards`` the row groups among ``keys`` (shard keys, in the order they are read)
+    that apply, up to :data:`PREOPEN_BYTES` in all, read and decoded one after the other on
+    a thread started here; returns at once. Offers of an earlier call are withdrawn (a
+    state loaded again points elsewhere)."""
     shards.withdraw_offers()
     firsts = _first_global_shards(smap)
+    jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]] = []
+    budget = PREOPEN_BYTES
     for key in keys:
         stream, local = parse_key(key)
         s = streams[stream]
@@ -64,15 +67,24 @@ def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shard
         info = smap.indexes[stream].shards[local]
         source = info.source
         if (not isinstance(layout, ParquetLayout) or source is None or s.remote is None
-                or scheme_of(s.remote) not in ("", "file") or source.nbytes > PREOPEN_BYTES):
+                or scheme_of(s.remote) not in ("", "file")):
             continue
+        if source.nbytes > budget:
+            break  # (a shuffled first batch may read many row groups: the rest is the agent's)
+        budget -= source.nbytes
         folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
         cached = os.path.join(folder, *info.raw_data.basename.split("/"))
         url = join_url(join_url(s.remote, s.split), source.file)
         decoded: Future[Decoded] = Future()
         shards.offer(shard, decoded)
-        threading.Thread(target=_decode, args=(decoded, url, cached, layout, info), name="astream-preopen",
-                         daemon=True).start()
+        jobs.append((decoded, url, cached, layout, info))
+    if jobs:
+        threading.Thread(target=_decode_all, args=(jobs,), name="astream-preopen", daemon=True).start()
+
+
+def _decode_all(jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]]) -> None:
+    for job in jobs:  # in the order they are read
+        _decode(*job)
 
 
 def _decode(decoded: Future[Decoded], url: str, cached: str, layout: ParquetLayout, info: ShardInfo) -> None:

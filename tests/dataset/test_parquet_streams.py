@@ -502,3 +502,35 @@ def test_a_row_group_decoded_ahead_from_other_bytes_stops_the_epoch(
         assert len([p for p in made if "rg00002" in p and "part-00" in p]) == 1  # the installed file, decoded
     finally:
         fresh.close()
+
+
+def test_a_shuffled_resume_decodes_ahead_within_its_budget_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A shuffled first batch reads many row groups: only the first ones up to the budget are
+    # decoded ahead (one thread, in the order they are read); every row once, exact.
+    import astream._dataset.preopen as preopen_module
+
+    root, truth = folder
+    monkeypatch.setattr(preopen_module, "PREOPEN_BYTES", 1)  # not even one: nothing ahead
+    made = _count_decodes(monkeypatch)
+
+    def resumed(cache: str) -> list[int]:
+        ds = StreamingDataset(remote=str(root), local=cache, format="parquet", shuffle=True, shuffle_seed=9,
+                              shuffle_block_size=5000, batch_size=200)
+        try:
+            loader = Loader(ds, drop_last=False)
+            loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 3000})
+            seen = [i for batch in loader for i in _check(batch, truth)]
+            loader.close()
+            return seen
+        finally:
+            ds.close()
+
+    nothing_ahead = resumed(str(tmp_path / "a"))
+    assert not [p for p in made if "read ahead of its install" in p]
+    sizes = sorted(p.stat().st_size for p in (tmp_path / "a").rglob("*.rg*"))
+    monkeypatch.setattr(preopen_module, "PREOPEN_BYTES", sizes[-1] + sizes[-2])  # room for two at most
+    made.clear()
+    assert resumed(str(tmp_path / "b")) == nothing_ahead
+    assert 1 <= len([p for p in made if "read ahead of its install" in p]) <= 2
+    assert len(nothing_ahead) == len(set(nothing_ahead)) == TOTAL - 3000
