@@ -52,7 +52,15 @@ from typing import Any, Protocol
 import numpy as np
 
 from astream._dataset.mapping import MappingError, map_file, mapping_supported
-from astream._dataset.slabs import SLAB_MIN_BYTES, RingSlot, SlabRing, SlabViews, is_release, layout
+from astream._dataset.slabs import (
+    SLAB_MIN_BYTES,
+    MessageRing,
+    RingSlot,
+    SlabRing,
+    SlabViews,
+    is_release,
+    layout,
+)
 
 __all__ = [
     "FD_IN_FLIGHT", "FD_MIN_BYTES", "INBAND_MAX_BYTES", "READ_CHUNK_BYTES", "PipeReader", "PipeWriter",
@@ -62,6 +70,12 @@ __all__ = [
 _COUNT = struct.Struct("<I")
 # Set in the head's count: the message's small arrays travel packed (see _packed).
 _PACKED = 1 << 31
+# Set in the head's count: the pickle is in the worker's ring of small messages (slabs.py).
+_IN_RING = 1 << 30
+_FLAGS_IN_COUNT = _PACKED | _IN_RING
+# Where in the ring (offset, size), the ring's written count after it, and its file's
+# size when the file comes along (the ring's first message; else 0).
+_RING = struct.Struct("<QQQQ")
 # The slot a message's slab buffers are in (-1: none), and its size when its file comes along.
 _SLOT = struct.Struct("<iQ")
 _SIZE = struct.Struct("<Q")
@@ -207,7 +221,8 @@ def _head(payload: bytes, raws: list[memoryview], via_fd: set[int], slot: RingSl
 
 
 def _prefix(raws: list[memoryview], via_fd: set[int], slot: RingSlot | None = None,
-            in_slot: set[int] | None = None, packed: bool = False) -> bytes:
+            in_slot: set[int] | None = None, packed: bool = False,
+            ring: tuple[int, int, int, int] | None = None) -> bytes:
     """The message's head without its pickle (which a :class:`PipeWriter` writes after
     it, in the same frame, without joining the two: a copy of a small batch saved)."""
     in_slot = in_slot or set()
@@ -217,7 +232,8 @@ def _prefix(raws: list[memoryview], via_fd: set[int], slot: RingSlot | None = No
 
     sizes = b"".join(_SIZE.pack(r.nbytes | flags(i)) for i, r in enumerate(raws))
     where = _SLOT.pack(-1, 0) if slot is None else _SLOT.pack(slot.slot, slot.size if slot.new_fd is not None else 0)
-    return _COUNT.pack(len(raws) | (_PACKED if packed else 0)) + where + sizes
+    marks = (_PACKED if packed else 0) | (_IN_RING if ring is not None else 0)
+    return _COUNT.pack(len(raws) | marks) + where + (_RING.pack(*ring) if ring is not None else b"") + sizes
 
 
 def _memfd(raw: memoryview) -> int | None:
@@ -377,9 +393,11 @@ class PipeWriter(asyncio.Protocol):
         self._lost: BaseException | None = None
         self._closed: asyncio.Future[None] | None = None
         self._credits: _Credits | None = None
+        self._messages: MessageRing | None = None
         if channel is not None and fd_passing_supported():
             channel.setblocking(False)
             self._credits = _Credits(channel, SlabRing())
+            self._messages = MessageRing()
 
     @classmethod
     async def open(cls, conn: Connection, channel: socket.socket | None = None) -> PipeWriter:
@@ -441,7 +459,10 @@ class PipeWriter(asyncio.Protocol):
             slot, in_slot = credits.place(raws)
             via_fd = credits.send(raws, slot, frozenset(in_slot))
         frames: list[bytes | memoryview] = []
-        _frame(_prefix(raws, via_fd, slot, in_slot, packed), frames, payload)
+        if not raws and (ring := self._in_ring(payload)) is not None:
+            _frame(_prefix(raws, via_fd, packed=packed, ring=ring), frames)  # the pickle is in the ring
+        else:
+            _frame(_prefix(raws, via_fd, slot, in_slot, packed), frames, payload)
         for i, raw in enumerate(raws):
             if i not in via_fd and i not in in_slot:
                 _frame(raw, frames)
@@ -452,6 +473,26 @@ class PipeWriter(asyncio.Protocol):
             await fut
         if self._lost is not None:
             raise BrokenPipeError("the consumer closed the pipe")
+
+    def _in_ring(self, payload: bytes) -> tuple[int, int, int, int] | None:
+        """Put a small batch's pickle into the ring of small messages: the head's ring
+        fields, or None (no ring, no room: the pipe). Sends the ring's file the first time."""
+        messages = self._messages
+        placed = messages.place(payload) if messages is not None else None
+        if placed is None:
+            return None
+        assert messages is not None
+        assert self._credits is not None
+        at, end, new_fd = placed
+        if new_fd is not None:
+            try:
+                _send_fds(self._credits.channel, [new_fd])
+            except BaseException:
+                messages.abandon()  # never announced: the pipe from now on
+                raise
+            finally:
+                os.close(new_fd)
+        return at, len(payload), end, messages.size if new_fd is not None else 0
 
     async def aclose(self) -> None:
         """Flush what is queued and close."""
@@ -612,7 +653,9 @@ def recv_rest(conn: _Source, head: bytes | memoryview, channel: socket.socket | 
     """The rest of :func:`recv_object` once its first message, ``head``, was read from ``conn``
     (a Connection, or the :class:`PipeReader` of one)."""
     (count,) = _COUNT.unpack_from(head)
-    packed, count = bool(count & _PACKED), count & ~_PACKED
+    packed, in_ring, count = bool(count & _PACKED), bool(count & _IN_RING), count & ~_FLAGS_IN_COUNT
+    if in_ring:
+        return _from_ring(head, channel, slabs, packed)
     if count and isinstance(head, memoryview):
         head = bytes(head)  # a view of a PipeReader's buffer: the reads of the buffers below reuse it
     slot, new_size = _SLOT.unpack_from(head, _COUNT.size)
@@ -673,4 +716,28 @@ def recv_rest(conn: _Source, head: bytes | memoryview, channel: socket.socket | 
         for fd in fds:
             os.close(fd)
     obj = pickle.loads(memoryview(head)[at + count * _SIZE.size :], buffers=buffers)
+    return _unpacked(obj) if packed else obj
+
+
+def _from_ring(head: bytes | memoryview, channel: socket.socket | None, slabs: SlabViews | None, packed: bool) -> Any:
+    """The message whose pickle is in the worker's ring of small messages (its head read)."""
+    at, size, end, announced = _RING.unpack_from(head, _COUNT.size + _SLOT.size)
+    if slabs is None or channel is None:
+        raise TransportError("a batch came in a worker's ring of small messages but there is none here")
+    if announced:
+        (fd,) = _recv_fds(channel, 1)
+        try:
+            slabs.install_messages(fd, announced)
+        except MappingError as exc:
+            raise TransportError(f"could not map a worker's ring of {announced} bytes: {exc.strerror}") from exc
+        finally:
+            os.close(fd)
+    view = slabs.message(at, size)
+    if view is None:
+        raise TransportError(f"a batch came at {at}+{size} of a worker's ring of small messages, which does not hold it")
+    try:
+        obj = pickle.loads(view)  # every value copied out: the ring's bytes are free after it
+    finally:
+        view.release()
+        slabs.message_read(end)
     return _unpacked(obj) if packed else obj
