@@ -40,6 +40,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import socket
 import struct
 import threading
@@ -70,6 +71,11 @@ MESSAGE_MIN_BYTES = 4096
 # a count that only grows, as the worker's count of bytes written does.
 _RING_HEADER = 64
 _FREED = struct.Struct("<Q")
+# The consumer stores its count after reading the bytes it frees, with no fence between
+# (Python has none to issue): on x86 a store is never seen before earlier loads (total
+# store order); a weakly ordered CPU (ARM) may let the worker overwrite bytes still being
+# read, so there the small batches take the pipe.
+_ORDERED_STORES = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
 
 
 def release_byte(slot: int) -> bytes:
@@ -155,12 +161,14 @@ class SlabRing:
 class MessageRing:
     """The worker's side of its ring of small pickles (made at the first one that goes there)."""
 
-    def __init__(self, size: int = MESSAGE_RING_BYTES) -> None:
+    def __init__(self, size: int = MESSAGE_RING_BYTES, ordered: bool = _ORDERED_STORES) -> None:
         self._size = size
         self._pages: ctypes.Array[ctypes.c_ubyte] | None = None
         self._view: memoryview | None = None
         self._written = 0  # bytes of the ring used so far, skipped ends included
-        self.failed = False  # no ring could be made here: the pipe for everything
+        # No ring here (none could be made, or this CPU may reorder the consumer's count
+        # before its reads): the pipe for everything.
+        self.failed = not ordered
 
     @property
     def room(self) -> int:

@@ -193,7 +193,7 @@ def test_message_ring_reuses_only_what_the_consumer_read(
     link: tuple[Connection, Connection, socket.socket, socket.socket],
 ) -> None:
     _, _, _, ours = link
-    ring = MessageRing(size=64 + 39_000)  # room for four 9 KB pickles, then 3 KB at the end
+    ring = MessageRing(size=64 + 39_000, ordered=True)  # room for four 9 KB pickles, then 3 KB at the end
     first = ring.place(b"a" * 9_000)
     assert first is not None
     at, end, fd = first
@@ -224,6 +224,15 @@ def test_message_ring_reuses_only_what_the_consumer_read(
     views.close()
 
 
+def test_message_ring_is_not_used_where_stores_may_pass_loads() -> None:
+    # (On a weakly ordered CPU the worker could see the consumer's count before its reads.)
+    assert MessageRing(ordered=False).place(b"a" * 9_000) is None
+    placed = MessageRing(ordered=True).place(b"a" * 9_000)
+    assert placed is not None
+    assert placed[2] is not None
+    os.close(placed[2])
+
+
 def test_small_batches_cross_in_the_ring_in_order_also_when_it_fills(
     link: tuple[Connection, Connection, socket.socket, socket.socket],
 ) -> None:
@@ -235,7 +244,7 @@ def test_small_batches_cross_in_the_ring_in_order_also_when_it_fills(
 
     async def run() -> None:
         writer = await PipeWriter.open(b, theirs)
-        writer._messages = MessageRing(size=64 + 200_000)  # room for six: it fills, and wraps
+        writer._messages = MessageRing(size=64 + 200_000, ordered=True)  # room for six: it fills, and wraps
         for batch in batches:
             await writer.send(batch)
         await writer.aclose()
