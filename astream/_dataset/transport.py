@@ -28,6 +28,12 @@ over its mapping, without a copy, and the slot goes back to the worker when the 
 last array is gone. That message is acknowledged like one with descriptors (the same
 back-pressure); files per buffer are what a worker falls back to when every slot is held.
 
+A small batch (a pickle of 4 KiB or more and no out-of-band buffer: the ``str``/``bytes``
+lists and ids of small records) goes into the worker's ring of pickles instead
+(:class:`~astream._dataset.slabs.MessageRing`), and only its head through the pipe; the
+consumer unpickles it from the ring in place. Its small arrays travel packed
+(:func:`_packed`), not through numpy's reduce, whichever way the pickle goes.
+
 A worker sends from its event loop through :class:`PipeWriter` (non-blocking, with the
 loop's flow control), in the framing of :class:`multiprocessing.connection.Connection`,
 so the consumer reads with :func:`recv_object` as before: no thread hand-off per batch
