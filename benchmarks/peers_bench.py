@@ -244,6 +244,21 @@ def _warm(root: Path) -> None:
                     pass
 
 
+
+def code_env(env: dict[str, str], code: str, base: str | None) -> dict[str, Any]:
+    """Where a child running ``code`` starts: its package first on ``PYTHONPATH``, and in its
+    directory (``env`` and ``cwd`` for :func:`subprocess.run`).
+
+    Not only for the child itself (which also puts ``--base`` first on its own path): the
+    forkserver that starts the workers imports astream with a path of its own (Python 3.11's
+    ignores the parent's ``sys.path``), which begins with the working directory and then
+    ``PYTHONPATH``: run from this checkout, a base child's workers ran this checkout's code.
+    """
+    first = base if code == "base" and base else str(Path(__file__).resolve().parent.parent)
+    rest = env.get("PYTHONPATH", "")
+    return {"env": {**env, "PYTHONPATH": first + (os.pathsep + rest if rest else "")}, "cwd": first}
+
+
 def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--data", default=str(BENCH_DATA / "peers"))
@@ -312,7 +327,7 @@ def main() -> None:
                        "--workers", str(workers)] + (["--shuffle"] if shuffle else [])
                 cmd += ["--base", args.base] if lib == "base" else []
                 cmd += ["--epoch-scale", str(EPOCH_SCALE)]
-                out = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=900)
+                out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, **code_env(env, lib, args.base))
                 if out.returncode:
                     print(f"{lib} {name} shuffle={shuffle} workers={workers} failed:\n{out.stderr[-2000:]}",
                           file=sys.stderr)

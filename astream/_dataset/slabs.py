@@ -24,6 +24,15 @@ Lifetimes: the worker's mappings go with its process. The consumer closes each
 slot's descriptor as soon as it is mapped; its mapping lives while the worker's
 :class:`SlabViews` or a lease refers to it (``close()`` drops the former, the user's
 last array of a batch the latter).
+
+Small batches (a pickle of tens of KB, no large buffer) take another way:
+:class:`MessageRing`, one shared-memory ring per worker that the pickles follow each other
+in. A pipe costs a small batch ~10 µs of CPU on each side that memory does not (the
+kernel allocates, fills, wakes and frees pipe pages: ~45 against ~32 µs a batch, pickling
+included, ``benchmarks/handoff_floor_bench.py``). The pipe still carries every message's
+head, in order; the consumer unpickles the ring's bytes in place (unpickling copies every
+value out) and then marks them read in the ring's header, which is all the worker needs
+to reuse them: no message back. A pickle that finds no room goes through the pipe.
 """
 
 from __future__ import annotations
@@ -31,7 +40,9 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import platform
 import socket
+import struct
 import threading
 import weakref
 from collections.abc import Sequence
@@ -40,8 +51,8 @@ from dataclasses import dataclass
 from astream._dataset.mapping import MappingError, map_file
 
 __all__ = [
-    "MAX_RING_BYTES", "MAX_SLOTS", "SLAB_MIN_BYTES", "RingSlot", "SlabRing", "SlabViews", "is_release",
-    "layout", "release_byte",
+    "MAX_RING_BYTES", "MAX_SLOTS", "MESSAGE_MIN_BYTES", "MESSAGE_RING_BYTES", "SLAB_MIN_BYTES", "MessageRing",
+    "RingSlot", "SlabRing", "SlabViews", "is_release", "layout", "release_byte",
 ]
 
 # Buffers this large or larger go into a slot (smaller ones cross the pipe: two small
@@ -52,6 +63,19 @@ MAX_SLOTS = 16
 MAX_RING_BYTES = 512 * 1024 * 1024
 _ALIGN = 64  # each buffer starts on a cache line: the arrays over it are aligned
 _RELEASE = 0x80
+# A worker's ring of small pickles (a few dozen batches of ~1 KB records), and the
+# smallest pickle that goes there (an "end", an error report: the pipe, as before).
+MESSAGE_RING_BYTES = 4 << 20
+MESSAGE_MIN_BYTES = 4096
+# The ring's first cache line: the consumer's count of the ring's bytes read ("freed"),
+# a count that only grows, as the worker's count of bytes written does.
+_RING_HEADER = 64
+_FREED = struct.Struct("<Q")
+# The consumer stores its count after reading the bytes it frees, with no fence between
+# (Python has none to issue): on x86 a store is never seen before earlier loads (total
+# store order); a weakly ordered CPU (ARM) may let the worker overwrite bytes still being
+# read, so there the small batches take the pipe.
+_ORDERED_STORES = platform.machine().lower() in {"x86_64", "amd64", "i386", "i686"}
 
 
 def release_byte(slot: int) -> bytes:
@@ -134,6 +158,74 @@ class SlabRing:
         return RingSlot(len(self._slots) - 1, memoryview(pages).cast("B"), len(pages), fd)
 
 
+class MessageRing:
+    """The worker's side of its ring of small pickles (made at the first one that goes there)."""
+
+    def __init__(self, size: int = MESSAGE_RING_BYTES, ordered: bool = _ORDERED_STORES) -> None:
+        self._size = size
+        self._pages: ctypes.Array[ctypes.c_ubyte] | None = None
+        self._view: memoryview | None = None
+        self._written = 0  # bytes of the ring used so far, skipped ends included
+        # No ring here (none could be made, or this CPU may reorder the consumer's count
+        # before its reads): the pipe for everything.
+        self.failed = not ordered
+
+    @property
+    def room(self) -> int:
+        """The ring's capacity (its bytes past the header)."""
+        return self._size - _RING_HEADER
+
+    def place(self, payload: bytes) -> tuple[int, int, int | None] | None:
+        """Copy ``payload`` into the ring: (where, the written count after it, the ring's file
+        if this is its first use, to send and close), or None (no room now, too small or
+        too large, or no ring here): send it through the pipe."""
+        size = len(payload)
+        if size < MESSAGE_MIN_BYTES or size > self.room // 4 or self.failed:
+            return None
+        new_fd = None
+        if self._view is None:
+            new_fd = self._make()
+            if new_fd is None:
+                return None
+        assert self._view is not None
+        at = self._written % self.room
+        skip = self.room - at if at + size > self.room else 0  # no room before the end: at 0
+        (freed,) = _FREED.unpack_from(self._view, 0)
+        if self._written + skip + size - freed > self.room:
+            return None  # the consumer holds the room still (with its file unsent: none yet)
+        if skip:
+            self._written += skip
+            at = 0
+        self._view[_RING_HEADER + at : _RING_HEADER + at + size] = payload
+        self._written += size
+        return at, self._written, new_fd
+
+    def abandon(self) -> None:
+        """The ring's file could not be sent: use the pipe from now on."""
+        self.failed = True
+
+    def _make(self) -> int | None:
+        try:
+            fd = os.memfd_create("astream-messages", os.MFD_CLOEXEC)
+        except (OSError, AttributeError):
+            self.failed = True
+            return None
+        try:
+            os.ftruncate(fd, self._size)
+            self._pages = map_file(fd, self._size)
+        except (OSError, MappingError):
+            os.close(fd)
+            self.failed = True
+            return None
+        self._view = memoryview(self._pages).cast("B")[: self._size]
+        return fd
+
+    @property
+    def size(self) -> int:
+        """The ring's file's size (what the consumer maps)."""
+        return self._size
+
+
 class SlabViews:
     """The consumer's side of one worker's ring: its mappings, and the leases of its batches.
 
@@ -144,6 +236,7 @@ class SlabViews:
     def __init__(self, channel: socket.socket) -> None:
         self._channel = channel
         self._maps: dict[int, ctypes.Array[ctypes.c_ubyte]] = {}
+        self._messages: memoryview | None = None  # the worker's ring of small pickles, once announced
         # Re-entrant: a collection can run a lease's finalizer inside any of these methods.
         self._lock = threading.RLock()
         self._closed = False
@@ -153,6 +246,28 @@ class SlabViews:
         pages = map_file(fd, size)
         with self._lock:
             self._maps[slot] = pages
+
+    def install_messages(self, fd: int, size: int) -> None:
+        """Map the worker's ring of small pickles (the caller closes ``fd``)."""
+        pages = map_file(fd, size)
+        with self._lock:
+            self._messages = memoryview(pages).cast("B")[:size]
+
+    def message(self, at: int, size: int) -> memoryview | None:
+        """The pickle at ``at`` of the worker's ring (read it before :meth:`message_read`);
+        None if there is no ring here or it does not hold those bytes."""
+        with self._lock:
+            ring = self._messages
+        if ring is None or not 0 <= at <= at + size <= ring.nbytes - _RING_HEADER:
+            return None
+        return ring[_RING_HEADER + at : _RING_HEADER + at + size]
+
+    def message_read(self, end: int) -> None:
+        """The ring's bytes up to the worker's count ``end`` are read: it may reuse them."""
+        with self._lock:
+            ring = self._messages
+        if ring is not None:
+            _FREED.pack_into(ring, 0, end)
 
     def known(self, slot: int) -> bool:
         with self._lock:
@@ -184,3 +299,4 @@ class SlabViews:
         with self._lock:
             self._closed = True
             self._maps.clear()
+            self._messages = None

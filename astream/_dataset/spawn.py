@@ -257,6 +257,13 @@ class ProcessWorker:
                 f"loader worker {wid} (pid {proc.pid}) died without a word "
                 f"(exit code {proc.exitcode}); it was killed or crashed in native code",
             )
+        except Exception as exc:
+            # Anything else that stops a message from being rebuilt here (an object of the
+            # batch whose unpickling raises, a message this side cannot parse): this thread
+            # would end with it and the consumer wait for the worker's next batch forever.
+            if pool.stopping.is_set():
+                return None
+            msg = ("error", f"loader worker {wid} (pid {proc.pid}): a batch could not be received: {exc!r}")
         return msg
 
     def terminate(self) -> None:

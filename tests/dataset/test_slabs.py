@@ -9,6 +9,7 @@ import multiprocessing as mp
 import os
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -17,7 +18,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from astream._dataset.slabs import MAX_SLOTS, SLAB_MIN_BYTES, SlabRing, SlabViews, layout
+from astream._dataset.slabs import MAX_SLOTS, SLAB_MIN_BYTES, MessageRing, SlabRing, SlabViews, layout
 from astream._dataset.transport import FD_IN_FLIGHT, PipeWriter, fd_passing_supported, recv_object
 
 pytestmark = pytest.mark.skipif(not fd_passing_supported(), reason="no memfd_create / descriptor passing here")
@@ -186,3 +187,82 @@ def test_loader_batches_held_over_epochs_stay_intact(tmp_path: Path) -> None:
             assert (b["x"][:, 0] == b["id"] % 251).all()
     finally:
         ds.close()
+
+
+def test_message_ring_reuses_only_what_the_consumer_read(
+    link: tuple[Connection, Connection, socket.socket, socket.socket],
+) -> None:
+    _, _, _, ours = link
+    ring = MessageRing(size=64 + 39_000, ordered=True)  # room for four 9 KB pickles, then 3 KB at the end
+    first = ring.place(b"a" * 9_000)
+    assert first is not None
+    at, end, fd = first
+    assert (at, end) == (0, 9_000)
+    assert fd is not None  # its file comes with the first pickle
+    views = SlabViews(ours)
+    try:
+        views.install_messages(fd, ring.size)
+    finally:
+        os.close(fd)
+    assert ring.place(b"x" * 100) is None  # too small: through the pipe
+    assert ring.place(b"x" * 9_751) is None  # over a quarter of the ring: through the pipe
+    placed = [ring.place(bytes([c]) * 9_000) for c in b"bcd"]
+    assert [p[:2] if p else None for p in placed] == [(9_000, 18_000), (18_000, 27_000), (27_000, 36_000)]
+    assert ring.place(b"e" * 9_000) is None  # the front is free only once the consumer read it
+    view = views.message(0, 9_000)
+    assert view is not None
+    assert bytes(view) == b"a" * 9_000
+    views.message_read(9_000)
+    again = ring.place(b"e" * 9_000)  # the end's 3 KB skipped: at 0 again
+    assert again is not None
+    assert again[:2] == (0, 48_000)
+    view = views.message(0, 9_000)
+    assert view is not None
+    assert bytes(view) == b"e" * 9_000  # what the worker wrote, where the head says
+    assert ring.place(b"f" * 9_000) is None  # full again until the consumer reads on
+    assert views.message(35_000, 9_000) is None  # past the ring: refused, not read
+    views.close()
+
+
+def test_message_ring_is_not_used_where_stores_may_pass_loads() -> None:
+    # (On a weakly ordered CPU the worker could see the consumer's count before its reads.)
+    assert MessageRing(ordered=False).place(b"a" * 9_000) is None
+    placed = MessageRing(ordered=True).place(b"a" * 9_000)
+    assert placed is not None
+    assert placed[2] is not None
+    os.close(placed[2])
+
+
+def test_small_batches_cross_in_the_ring_in_order_also_when_it_fills(
+    link: tuple[Connection, Connection, socket.socket, socket.socket],
+) -> None:
+    a, b, theirs, ours = link
+    batches = [{"i": i, "ids": np.arange(32) + i, "payload": [bytes([i % 251, j]) * 450 for j in range(32)]}
+               for i in range(120)]
+    batches[7] = {"i": 7, "x": np.full(ROWS, 7, np.float32)}  # a large one: in a slot
+    batches[8] = {"i": 8}  # a tiny one: through the pipe
+
+    async def run() -> None:
+        writer = await PipeWriter.open(b, theirs)
+        writer._messages = MessageRing(size=64 + 200_000, ordered=True)  # room for six: it fills, and wraps
+        for batch in batches:
+            await writer.send(batch)
+        await writer.aclose()
+
+    thread = threading.Thread(target=asyncio.run, args=(run(),), daemon=True)
+    thread.start()
+    time.sleep(0.3)  # the producer fills the ring, then the pipe, and waits
+    views = SlabViews(ours)
+    for batch in batches:
+        got = recv_object(a, ours, views)
+        assert list(got) == list(batch)
+        for key, value in batch.items():
+            if isinstance(value, np.ndarray):
+                np.testing.assert_array_equal(got[key], value)
+                assert got[key].flags.writeable
+            else:
+                assert got[key] == value
+    thread.join(timeout=10)
+    assert not thread.is_alive()
+    assert views.message(0, 1) is not None  # the ring was announced and used
+    views.close()

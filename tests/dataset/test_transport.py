@@ -25,6 +25,7 @@ from astream._dataset.transport import (
     INBAND_MAX_BYTES,
     PipeReader,
     PipeWriter,
+    _packed,
     _pickled,
     _plain,
     fd_passing_supported,
@@ -82,6 +83,50 @@ def test_small_buffers_travel_in_the_pickle_and_arrive_writable() -> None:
     np.testing.assert_array_equal(got["frozen"], frozen)
     assert got["small"].flags.writeable
     assert not got["frozen"].flags.writeable  # as it was sent (and as out of band before)
+
+
+def test_small_arrays_of_a_batch_travel_packed_and_arrive_as_sent() -> None:
+    frozen = np.arange(6, dtype=">i4").reshape(2, 3)  # big-endian, read-only
+    frozen.flags.writeable = False
+    shared = np.arange(3)
+    batch: dict[Any, Any] = {
+        "ids": np.arange(32, dtype=np.int64), "name": ["a", "bé"], "flag": np.array([True, False]),
+        "when": np.array(["2026-12-01T10:00"], dtype="datetime64[ns]"), "zero_d": np.array(2.5, np.float32),
+        "empty": np.zeros((0, 4), np.uint8), "frozen": frozen, "cplx": np.array([1 + 2j], np.complex64),
+        "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "fields": np.zeros(2, [("a", "i4"), ("b", "f8")]),
+        "objects": np.array([1, "x"], dtype=object), 7: np.arange(2, dtype=np.uint16),
+    }
+    wire, packed = _packed(("batch", batch))
+    assert packed
+    assert [pack[0] for pack in wire[2]] == ["ids", "flag", "when", "zero_d", "empty", "frozen", "cplx", 7]
+    # numpy's reduce names its functions and the dtype's class in every array's pickle;
+    # a batch of ids and strings pickles without any.
+    payload, raws = _pickled(_packed(("batch", {"ids": batch["ids"], "name": batch["name"]}))[0])
+    assert not raws
+    assert b"numpy" not in payload
+    a, b = mp.Pipe(duplex=False)
+    messages = [("batch", batch), ("batch", {"a": shared, "b": shared}), ("end", {"x": np.arange(2)})]
+    t = threading.Thread(target=lambda: [send_object(b, m) for m in messages])
+    t.start()
+    kind, got = recv_object(a)
+    assert kind == "batch"
+    assert list(got) == list(batch)  # the keys in their order
+    for key, value in batch.items():
+        if isinstance(value, np.ndarray):
+            assert type(got[key]) is np.ndarray
+            assert got[key].dtype == value.dtype, key
+            assert got[key].shape == value.shape, key
+            np.testing.assert_array_equal(got[key], value)
+            assert got[key].flags.writeable == value.flags.writeable, key
+            assert got[key].flags.c_contiguous == value.flags.c_contiguous, key
+        else:
+            assert got[key] == value
+    _, twice = recv_object(a)
+    assert twice["a"] is twice["b"]  # one array under two keys: one object, as pickled
+    assert recv_object(a)[1]["x"].tolist() == [0, 1]
+    t.join()
+    a.close()
+    b.close()
 
 
 def test_large_strided_columns_still_travel_contiguous_out_of_band() -> None:

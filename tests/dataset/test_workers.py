@@ -43,6 +43,13 @@ async def test_killed_worker_surfaces_instead_of_hanging() -> None:
         await asyncio.wait_for(_collect(RangeJob((50, 50), die_worker=0, fail_after=3), 2, "process"), 60)
 
 
+async def test_batch_that_cannot_be_unpickled_surfaces_instead_of_hanging() -> None:
+    # Its reader thread used to die with the unpickling's error, and the consumer waited
+    # for that worker's next batch forever.
+    with pytest.raises(WorkerError, match=r"worker 1 .*could not be received: ValueError\('this object cannot"):
+        await asyncio.wait_for(_collect(RangeJob((20, 20), refused_worker=1, fail_after=3), 2, "process"), 60)
+
+
 @pytest.mark.parametrize("mode", MODES)
 async def test_early_close_stops_workers(mode: str) -> None:
     pool = WorkerPool(RangeJob((10_000, 10_000)), 2, mode, prefetch=2, loop_factory=asyncio.new_event_loop)

@@ -21,6 +21,7 @@ class RangeJob:
     fail_worker: int | None = None
     fail_after: int = 0
     die_worker: int | None = None
+    refused_worker: int | None = None  # its batch ``fail_after`` holds an object the consumer cannot unpickle
 
     @asynccontextmanager
     async def open(self, worker_id: int, start_at: Any = None) -> AsyncIterator[AsyncIterator[dict[str, np.ndarray]]]:
@@ -31,9 +32,24 @@ class RangeJob:
                 if worker_id == self.die_worker and i == self.fail_after:
                     os.kill(os.getpid(), signal.SIGKILL)
                 await asyncio.sleep(0)
-                yield {"x": np.full((4, 8), worker_id * 100 + i, dtype=np.int32), "pid": np.array([os.getpid()])}
+                batch: dict[str, Any] = {"x": np.full((4, 8), worker_id * 100 + i, dtype=np.int32),
+                                         "pid": np.array([os.getpid()])}
+                if worker_id == self.refused_worker and i == self.fail_after:
+                    batch["odd"] = Refused()
+                yield batch
 
         yield gen()
+
+
+def _refuse() -> None:
+    raise ValueError("this object cannot be rebuilt here")
+
+
+class Refused:
+    """An object that pickles, but whose unpickling raises (in the consumer)."""
+
+    def __reduce__(self) -> tuple[Any, tuple[()]]:
+        return _refuse, ()
 
 
 def tag_pid(batch: dict[str, Any]) -> dict[str, Any]:
