@@ -42,7 +42,6 @@ import ctypes
 import os
 import platform
 import socket
-import struct
 import threading
 import weakref
 from collections.abc import Sequence
@@ -70,7 +69,6 @@ MESSAGE_MIN_BYTES = 4096
 # The ring's first cache line: the consumer's count of the ring's bytes read ("freed"),
 # a count that only grows, as the worker's count of bytes written does.
 _RING_HEADER = 64
-_FREED = struct.Struct("<Q")
 # The consumer stores its count after reading the bytes it frees, with no fence between
 # (Python has none to issue): on x86 a store is never seen before earlier loads (total
 # store order); a weakly ordered CPU (ARM) may let the worker overwrite bytes still being
@@ -158,6 +156,14 @@ class SlabRing:
         return RingSlot(len(self._slots) - 1, memoryview(pages).cast("B"), len(pages), fd)
 
 
+def _counter(pages: ctypes.Array[ctypes.c_ubyte]) -> ctypes.c_uint64:
+    """The ring header's count of bytes read, as one aligned 8-byte word: ctypes reads and
+    writes it with one load or store, so the worker never sees half of a new count
+    (``struct`` packs a byte at a time: a count read while being written could look larger
+    than it is, and the worker would reuse bytes not read yet)."""
+    return ctypes.c_uint64.from_buffer(pages, 0)  # (offset 0 of a mapping: page aligned)
+
+
 class MessageRing:
     """The worker's side of its ring of small pickles (made at the first one that goes there)."""
 
@@ -165,6 +171,7 @@ class MessageRing:
         self._size = size
         self._pages: ctypes.Array[ctypes.c_ubyte] | None = None
         self._view: memoryview | None = None
+        self._freed: ctypes.c_uint64 | None = None  # the consumer's count, in the header
         self._written = 0  # bytes of the ring used so far, skipped ends included
         # No ring here (none could be made, or this CPU may reorder the consumer's count
         # before its reads): the pipe for everything.
@@ -190,7 +197,8 @@ class MessageRing:
         assert self._view is not None
         at = self._written % self.room
         skip = self.room - at if at + size > self.room else 0  # no room before the end: at 0
-        (freed,) = _FREED.unpack_from(self._view, 0)
+        assert self._freed is not None
+        freed = self._freed.value  # one 8-byte load (see _counter)
         if self._written + skip + size - freed > self.room:
             return None  # the consumer holds the room still (with its file unsent: none yet)
         if skip:
@@ -218,6 +226,7 @@ class MessageRing:
             self.failed = True
             return None
         self._view = memoryview(self._pages).cast("B")[: self._size]
+        self._freed = _counter(self._pages)
         return fd
 
     @property
@@ -237,6 +246,7 @@ class SlabViews:
         self._channel = channel
         self._maps: dict[int, ctypes.Array[ctypes.c_ubyte]] = {}
         self._messages: memoryview | None = None  # the worker's ring of small pickles, once announced
+        self._freed: ctypes.c_uint64 | None = None  # its header's count of bytes read
         # Re-entrant: a collection can run a lease's finalizer inside any of these methods.
         self._lock = threading.RLock()
         self._closed = False
@@ -252,6 +262,7 @@ class SlabViews:
         pages = map_file(fd, size)
         with self._lock:
             self._messages = memoryview(pages).cast("B")[:size]
+            self._freed = _counter(pages)
 
     def message(self, at: int, size: int) -> memoryview | None:
         """The pickle at ``at`` of the worker's ring (read it before :meth:`message_read`);
@@ -265,9 +276,9 @@ class SlabViews:
     def message_read(self, end: int) -> None:
         """The ring's bytes up to the worker's count ``end`` are read: it may reuse them."""
         with self._lock:
-            ring = self._messages
-        if ring is not None:
-            _FREED.pack_into(ring, 0, end)
+            freed = self._freed
+        if freed is not None:
+            freed.value = end  # one 8-byte store (see _counter)
 
     def known(self, slot: int) -> bool:
         with self._lock:
@@ -300,3 +311,4 @@ class SlabViews:
             self._closed = True
             self._maps.clear()
             self._messages = None
+            self._freed = None
