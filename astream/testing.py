@@ -323,7 +323,16 @@ class LoopbackServer:
 
     async def _stop(self) -> None:
         if self._runner is not None:
+            server = self._runner.server
             await self._runner.cleanup()
+            if server is not None:
+                # Connections a client still keeps alive (a node agent lingers with its pool):
+                # a TLS one's orderly close waits for the peer, and the loop closes right
+                # after this, so drop them now (uvloop refuses to close over open handles).
+                for handler in list(server.connections):
+                    if handler.transport is not None:
+                        handler.transport.abort()
+                await asyncio.sleep(0)  # (their connection_lost, on this loop)
             self._runner = None
 
     def start(self) -> LoopbackServer:
