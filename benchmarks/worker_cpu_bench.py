@@ -36,7 +36,8 @@ import tempfile
 import threading
 import time
 from pathlib import Path
-from typing import Any
+
+from child_env import code_env
 
 BENCH_DATA = Path(os.environ.get("ASTREAM_BENCH_DATA", Path(tempfile.gettempdir()) / "astream-bench"))
 BATCH = 32
@@ -122,20 +123,6 @@ def child(root: Path, name: str, workers: int, shuffle: bool, epochs: int, scale
             # epoch after its first batch: against the last epoch, whose workers run already.
             "start_ms": (after_first[0] - after_first[-1]) * 1e3}
 
-
-
-def code_env(env: dict[str, str], code: str, base: str | None) -> dict[str, Any]:
-    """Where a child running ``code`` starts: its package first on ``PYTHONPATH``, and in its
-    directory (``env`` and ``cwd`` for :func:`subprocess.run`).
-
-    Not only for the child itself (which also puts ``--base`` first on its own path): the
-    forkserver that starts the workers imports astream with a path of its own (Python 3.11's
-    ignores the parent's ``sys.path``), which begins with the working directory and then
-    ``PYTHONPATH``: run from this checkout, a base child's workers ran this checkout's code.
-    """
-    first = base if code == "base" and base else str(Path(__file__).resolve().parent.parent)
-    rest = env.get("PYTHONPATH", "")
-    return {"env": {**env, "PYTHONPATH": first + (os.pathsep + rest if rest else "")}, "cwd": first}
 
 
 def main() -> None:
