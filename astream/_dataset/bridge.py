@@ -49,13 +49,15 @@ class SyncIterator(Generic[T]):
         self._done = False
         self._slots: asyncio.Semaphore | None = None
         self._task: asyncio.Task[None] | None = None
-        self._started = threading.Event()
         self._maxsize = max(1, maxsize)
         self._sized = False
         # Set while the consumer is blocked on an empty queue; ``_taken`` once it has its item.
         self._waiting = False
         self._taken = threading.Event()
-        portal.submit(self._start(open_iterator, self._maxsize)).result()
+        # Not waited for here: a caller holding a batch already (a resume's first, see
+        # astream._dataset.early) hands it out while the loop thread starts the pump.
+        self._closed = False
+        portal.submit(self._start(open_iterator, self._maxsize))
 
     async def _start(
         self, open_iterator: Callable[[], AbstractAsyncContextManager[AsyncIterator[T]]], maxsize: int
@@ -122,15 +124,18 @@ class SyncIterator(Generic[T]):
 
     def close(self) -> None:
         """Cancel the pump (and with it the async iterator and its transfers); idempotent."""
-        task, self._task = self._task, None
-        self._done = True
-        if task is None:
+        if self._closed:
             return
+        self._closed = self._done = True
         # Wakes a thread blocked in __next__ even if the pump never gets to run (cancelled
         # before its first step, or its loop already stopped).
         self._queue.put_nowait((_END, None))
 
         async def cancel() -> None:
+            # On the loop, after the pump's start (the loop runs what was submitted in order).
+            task, self._task = self._task, None
+            if task is None:
+                return
             task.cancel()
             with contextlib.suppress(BaseException):
                 await task

@@ -30,6 +30,7 @@ from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.config import DatasetConfig
+from astream._dataset.early import EarlyBatch, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.preopen import preopen
@@ -269,8 +270,23 @@ class StreamingDataset(RandomAccess):
         if warm is not None and resume is not None:
             # (the plan, which the iteration needs anyway, is then cached for it)
             keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
-            warm.redirect(keys)
+            # The decode first: the redirect wakes the loop thread, whose work would
+            # delay this thread's start.
             preopen(keys, self.sample_map, self.config.streams, self.session.shards)
+            warm.redirect(keys)
+
+    def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyBatch | None:
+        """A loaded state's first batch (of this rank's only reader) from the row groups
+        decoded at ``load_state_dict``, waiting for their decoding; None where that does not
+        apply (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
+        resume = self.run.resume
+        if resume is None or self.config.cache_limit is not None or self._steps() is not None:
+            return None
+        plan = self.plan(epoch=resume.epoch, sample_in_epoch=resume.sample_in_epoch, workers_per_rank=1,
+                         batch_size=batch_size)
+        world = self.config.world
+        order = worker_batches(plan, world.node, world.local_rank, 0, drop_last=drop_last)
+        return early_first_batch(resume.epoch, resume.sample_in_epoch, order, self.sample_map, self.session.shards)
 
     @asynccontextmanager
     async def open_epoch_reader(

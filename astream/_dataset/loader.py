@@ -30,14 +30,17 @@ from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
+from astream._dataset.early import EarlyBatch, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.metrics import register as register_metrics
 from astream._dataset.progress import ProgressBar
 from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
+from astream._dataset.samples import apply_batch_transform
 from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
 from astream._dataset.stats import ConsumerCounters, Stats
+from astream._dataset.timings import STAGES
 from astream._dataset.workers import WORKER_MODES, WorkerPool
 from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
@@ -280,22 +283,27 @@ class Loader:
             self._end_bar()
 
     @asynccontextmanager
-    async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
+    async def _open_epoch(self, count: bool = True, early: EarlyBatch | None = None) -> AsyncIterator[AsyncIterator[Any]]:
+        """The epoch's batches; ``early``: its first was handed out already (see _early_batch)."""
         if self._prestart is not None:
             self._prestart.cancel()  # iterating already: the first batch goes first
         self._choose_workers()  # before the epoch begins: the count is the epoch's
         ds = self.dataset
         node = await ds.node()
         epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
-        self.num_samples_yielded = 0
+        if early is None:
+            self.num_samples_yielded = 0
+        else:
+            check_began(early, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
                                             drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
-                batches = reader.batches(self.collate_fn)
+                batches = reader.batches(self.collate_fn, served_first=None if early is None else early.digests)
                 yield self._counted(batches) if count else batches
             return
+        assert early is None  # (taken only without workers)
         job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
                         self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread")
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
@@ -315,11 +323,19 @@ class Loader:
     def __iter__(self) -> Iterator[Any]:
         """``for batch in loader``: the same batches, through astream's loop thread."""
         # Counted here, as the caller receives each batch, not when the loop thread made it.
-        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False), maxsize=self.prefetch_batches)
-        self._open_sync.add(batches)
         self.num_samples_yielded = 0
-        last = time.perf_counter()
+        last = asked = time.perf_counter()
+        early = self._early_batch()
+        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False, early=early),
+                               maxsize=self.prefetch_batches)
+        self._open_sync.add(batches)
         try:
+            if early is not None:
+                batch = early.batch if self.batch_transform is None else \
+                    STAGES.call("transform", apply_batch_transform, self.batch_transform, early.batch)
+                last = self._received(batch, asked, last)
+                del early  # (the iteration holds what it needs of it)
+                yield batch
             while True:
                 asked = time.perf_counter()
                 try:
@@ -331,6 +347,15 @@ class Loader:
         finally:
             batches.close()
             self._end_bar()
+
+    def _early_batch(self) -> EarlyBatch | None:
+        """A resume's first batch from the row groups decoded at ``load_state_dict``, taken in
+        this thread before the iteration joins the node (:mod:`astream._dataset.early`); None
+        where that does not apply: the iteration then reads it."""
+        self._choose_workers()  # (the count this iteration runs with)
+        if self.num_workers or self.collate_fn is not None:
+            return None
+        return self.dataset.early_first_batch(self.batch_size, self.drop_last)
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""

@@ -357,12 +357,25 @@ class EpochReader(AsyncResource):
         for (shard, lease), (reader, digest) in zip(pending.items(), decoded.result(), strict=True):
             samples = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].samples
             out[shard] = PeekedRecords(reader, np.arange(samples, dtype=np.int64), [])
-            if lease not in self._checks:
-                task = asyncio.get_running_loop().create_task(self._check(lease, functools.partial(
-                    _same_bytes, digest, f"shard {shard}: its row group, served before it was installed,")))
-                self._checks[lease] = task
-                task.add_done_callback(functools.partial(self._check_done, lease))
+            self._check_decoded(lease, shard, digest, "served before it was installed")
         return out
+
+    def _check_served(self, digests: dict[int, int], stop: int) -> None:
+        """Check each shard of ``digests`` (served before position ``stop`` from a decoding of
+        bytes with that xxh3-64) against its installed file, through its first lease."""
+        for shard, digest in digests.items():
+            leases = np.flatnonzero((self._lease_shard == shard) & (self._lease_start < stop))
+            assert len(leases), f"shard {shard} was served before position {stop} but is read after it"
+            self._check_decoded(int(leases[0]), shard, digest, "served before the node answered")
+
+    def _check_decoded(self, lease: int, shard: int, digest: int, when: str) -> None:
+        """Check ``shard`` (a row group decoded from bytes whose xxh3-64 is ``digest``) against
+        its installed file once ``lease`` resolves; its failure stops the iteration."""
+        if lease not in self._checks:
+            task = asyncio.get_running_loop().create_task(self._check(lease, functools.partial(
+                _same_bytes, digest, f"shard {shard}: its row group, {when},")))
+            self._checks[lease] = task
+            task.add_done_callback(functools.partial(self._check_done, lease))
 
     def _pending_in(self, a: int, b: int) -> dict[int, int]:
         """The pending leases (by shard) of shards that positions ``a:b`` read."""
@@ -490,8 +503,7 @@ class EpochReader(AsyncResource):
                 self._groups = BatchGroups(self._shard, self._offset, bounds)
             uniq, groups, parts = self._groups.groups(k)  # grouped for many batches at once
         else:
-            found, groups = group_positions(shards)
-            uniq, parts = found.tolist(), [offsets[idx] for idx in groups]
+            return read_positions(shards, offsets, functools.partial(self._reader, peeked=peeked))
         sources = [self._reader(g, peeked) for g in uniq]
         return gather_batch(sources, groups, parts, b - a, f"shards {uniq}")
 
@@ -621,24 +633,32 @@ class EpochReader(AsyncResource):
 
     async def batches(
         self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
+        served_first: dict[int, int] | None = None,
     ) -> AsyncIterator[Any]:
         """Yield the worker's batches, as :attr:`order` bounds them.
 
         Without ``collate`` a batch is read column-wise (vectorised); with it, samples are
         read one by one and handed to ``collate`` as a list. ``start_at`` is asked once,
         before the first read, how many batches to skip (``-1``: all of them).
+        ``served_first``: the first batch was handed out already, read from shards decoded
+        before their install (:mod:`astream._dataset.early`), given as shard -> xxh3-64 of
+        the bytes decoded: it is skipped, and each of those shards checked against its
+        installed file like the samples this reader serves early.
         """
         order = self.order
         bounds = order.bounds
         widest = int(np.diff(bounds).max()) if order.num_batches else 1
         self._begin(widest)
         first = 0
-        if start_at is not None:
+        if served_first is not None and order.num_batches:
+            self._check_served(served_first, int(bounds[1]))
+            first = 1
+        elif start_at is not None:
             first = await start_at()
             if first < 0:
                 return
-            if first:
-                await self._advance(int(bounds[min(first, order.num_batches)]))
+        if first:
+            await self._advance(int(bounds[min(first, order.num_batches)]))
         await self._start()
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
@@ -682,6 +702,18 @@ class EpochReader(AsyncResource):
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
         await self._settle_checks()
+
+
+def read_positions(shards: Int64Array, offsets: Int64Array,
+                   source_of: Callable[[int], SampleSource | PeekedRecords]) -> dict[str, Any]:
+    """The batch of records ``offsets`` of ``shards`` (position by position), each shard read
+    through ``source_of(shard)``: one ``get_batch`` for one shard, else one gather."""
+    if shards[0] == shards[-1] and (shards == shards[0]).all():
+        return source_of(int(shards[0])).get_batch(offsets)
+    found, groups = group_positions(shards)
+    uniq = found.tolist()
+    return gather_batch([source_of(g) for g in uniq], groups, [offsets[idx] for idx in groups], len(shards),
+                        f"shards {uniq}")
 
 
 def _same_bytes(digest: int, what: str, path: str) -> None:

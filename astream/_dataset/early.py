@@ -1,0 +1,101 @@
+"""A resume's first batch, taken from row groups decoded ahead, before the node agent answers.
+
+``Loader(); load_state_dict(); next()`` is how a training script resumes. The row groups
+of the state's first batch are read and decoded at ``load_state_dict``
+(:mod:`astream._dataset.preopen`); with them the first batch needs nothing from the node.
+Without this module it still waited for the node: the agent's start, the iteration's
+hello, the epoch's barrier and the reader's set-up, about half of a resume's time on two
+cores, where every one of those steps takes the interpreter lock from the decode.
+
+:func:`early_first_batch` takes the batch in the iterating thread, as soon as the
+decodings are done; the iteration (joining the node, the barrier, the reader) starts
+after it, while the caller trains on it, and is told to skip that batch and to check what
+it was made of (:meth:`~astream._dataset.reader.EpochReader.batches`, ``served_first``).
+
+How it stays exact:
+
+- the batch is batch 0 of the same :func:`~astream._sampling.order.worker_batches` the
+  iteration's reader then reads (the plan of the loaded state's epoch and sample), read
+  by the reader's own function (:func:`~astream._dataset.reader.read_positions`);
+- every row group it was read from is checked against the file the agent installs (the
+  xxh3 of the bytes decoded): a difference raises
+  :class:`~astream.errors.ServedSamplesError` at a later batch, as for every sample
+  served before its shard was installed;
+- if the node begins another epoch or position than the state's (ranks of one node that
+  loaded different states), the iteration raises :class:`~astream.errors.StateError`
+  instead of going on after a batch that was not its first.
+
+Where it applies: a loaded state not begun yet, every shard of the first batch offered by
+:func:`~astream._dataset.preopen.preopen` (Parquet row groups of a local-folder remote,
+with an unbounded cache), no per-sample steps (``transform``, a subclass's
+``__getitem__``) and no ``collate_fn``: those read sample by sample, through the
+iteration. Otherwise, or if a decoding failed, the iteration reads the first batch itself,
+as before.
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import wait
+from dataclasses import dataclass
+from typing import Any
+
+from astream._dataset.layout import SampleMap
+from astream._dataset.reader import read_positions
+from astream._dataset.shards import OpenShards
+from astream._sampling.order import WorkerBatches
+from astream.errors import StateError
+
+__all__ = ["EarlyBatch", "check_began", "early_first_batch"]
+
+
+@dataclass(frozen=True)
+class EarlyBatch:
+    """A first batch handed out before its iteration began.
+
+    Attributes:
+        epoch: the loaded state's epoch, which the iteration must begin.
+        offset: its ``sample_in_epoch``, where the iteration must start.
+        batch: the batch (a dict of columns).
+        digests: per global shard it was read from, the xxh3-64 of the bytes decoded.
+    """
+
+    epoch: int
+    offset: int
+    batch: dict[str, Any]
+    digests: dict[int, int]
+
+
+def early_first_batch(epoch: int, offset: int, order: WorkerBatches, smap: SampleMap,
+                      shards: OpenShards) -> EarlyBatch | None:
+    """Batch 0 of ``order`` from the decodings ``shards`` was offered, waiting for them (on
+    their own thread, without the interpreter lock); None where one is missing or failed."""
+    if not order.num_batches:
+        return None
+    ids = order.batch(0)
+    where, offsets = smap.locate(ids)
+    offers = {}
+    for shard in dict.fromkeys(where.tolist()):
+        offered = shards.offered(shard)
+        if offered is None:
+            return None
+        offers[shard] = offered
+    wait(offers.values())  # (their thread holds no lock this one needs)
+    if any(f.cancelled() or f.exception() is not None for f in offers.values()):
+        return None  # (a hint that failed: the iteration reads the installed file, with its errors)
+    decoded = {shard: offered.result() for shard, offered in offers.items()}
+    batch = read_positions(where, offsets, lambda shard: decoded[shard][0])
+    return EarlyBatch(epoch, offset, batch, {shard: digest for shard, (_, digest) in decoded.items()})
+
+
+def check_began(early: EarlyBatch, epoch: int, offset: int) -> None:
+    """Refuse an iteration that began elsewhere than the early batch's state.
+
+    Raises:
+        StateError: the node began another epoch or position (its ranks loaded different states).
+    """
+    if (epoch, offset) != (early.epoch, early.offset):
+        raise StateError(
+            f"the node began epoch {epoch} at sample {offset}, but this rank resumed epoch {early.epoch} at "
+            f"sample {early.offset} and handed out that state's first batch already: the ranks of a node "
+            "loaded different states; load the same state on every rank"
+        )
