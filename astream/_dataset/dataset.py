@@ -43,7 +43,7 @@ from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
-from astream._sampling.order import worker_batches
+from astream._sampling.order import first_batch, worker_batches
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
 
@@ -152,11 +152,8 @@ class StreamingDataset(RandomAccess):
         workers, size, drop_last = self._warm_shape
         plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers, batch_size=size)
         world = self.config.world
-        firsts = []
-        for worker in range(workers):
-            order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
-            end = int(order.bounds[1]) if order.num_batches else 0
-            firsts.append(order.ids[: min(end, order.num_samples)])
+        firsts = [first_batch(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+                  for worker in range(workers)]
         shards = self.sample_map.locate(np.concatenate(firsts))[0]
         found, at = np.unique(shards, return_index=True)
         streams = self.config.streams
@@ -285,8 +282,8 @@ class StreamingDataset(RandomAccess):
         plan = self.plan(epoch=resume.epoch, sample_in_epoch=resume.sample_in_epoch, workers_per_rank=1,
                          batch_size=batch_size)
         world = self.config.world
-        order = worker_batches(plan, world.node, world.local_rank, 0, drop_last=drop_last)
-        return early_first_batch(resume.epoch, resume.sample_in_epoch, order, self.sample_map, self.session.shards)
+        ids = first_batch(plan, world.node, world.local_rank, 0, drop_last=drop_last)
+        return early_first_batch(resume.epoch, resume.sample_in_epoch, ids, self.sample_map, self.session.shards)
 
     @asynccontextmanager
     async def open_epoch_reader(

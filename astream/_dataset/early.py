@@ -15,7 +15,8 @@ it was made of (:meth:`~astream._dataset.reader.EpochReader.batches`, ``served_f
 How it stays exact:
 
 - the batch is batch 0 of the same :func:`~astream._sampling.order.worker_batches` the
-  iteration's reader then reads (the plan of the loaded state's epoch and sample), read
+  iteration's reader then reads (:func:`~astream._sampling.order.first_batch` computes
+  only that batch, where the plan allows it) (the plan of the loaded state's epoch and sample), read
   by the reader's own function (:func:`~astream._dataset.reader.read_positions`);
 - every row group it was read from is checked against the file the agent installs (the
   xxh3 of the bytes decoded): a difference raises
@@ -39,39 +40,49 @@ from concurrent.futures import wait
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+import numpy.typing as npt
+
 from astream._dataset.layout import SampleMap
 from astream._dataset.reader import read_positions
 from astream._dataset.shards import OpenShards
-from astream._sampling.order import WorkerBatches
 from astream.errors import StateError
 
-__all__ = ["EarlyBatch", "check_began", "early_first_batch"]
+__all__ = ["EarlyBatch", "ServedFirst", "check_began", "early_first_batch"]
+
+Int64Array = npt.NDArray[np.int64]
 
 
 @dataclass(frozen=True)
-class EarlyBatch:
-    """A first batch handed out before its iteration began.
+class ServedFirst:
+    """What the iteration must know of a first batch handed out before it began.
 
     Attributes:
         epoch: the loaded state's epoch, which the iteration must begin.
         offset: its ``sample_in_epoch``, where the iteration must start.
-        batch: the batch (a dict of columns).
-        digests: per global shard it was read from, the xxh3-64 of the bytes decoded.
+        digests: per global shard the batch was read from, the xxh3-64 of the bytes decoded.
     """
 
     epoch: int
     offset: int
-    batch: dict[str, Any]
     digests: dict[int, int]
 
 
-def early_first_batch(epoch: int, offset: int, order: WorkerBatches, smap: SampleMap,
+@dataclass(frozen=True)
+class EarlyBatch:
+    """A first batch (a dict of columns) and what its iteration must know of it."""
+
+    batch: dict[str, Any]
+    served: ServedFirst
+
+
+def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,
                       shards: OpenShards) -> EarlyBatch | None:
-    """Batch 0 of ``order`` from the decodings ``shards`` was offered, waiting for them (on
-    their own thread, without the interpreter lock); None where one is missing or failed."""
-    if not order.num_batches:
+    """The batch of samples ``ids`` (a reader's first: :func:`~astream._sampling.order.first_batch`)
+    from the decodings ``shards`` was offered, waiting for them (on their own thread);
+    None where one is missing or failed, or ``ids`` is empty."""
+    if not len(ids):
         return None
-    ids = order.batch(0)
     where, offsets = smap.locate(ids)
     offers = {}
     for shard in dict.fromkeys(where.tolist()):
@@ -84,10 +95,10 @@ def early_first_batch(epoch: int, offset: int, order: WorkerBatches, smap: Sampl
         return None  # (a hint that failed: the iteration reads the installed file, with its errors)
     decoded = {shard: offered.result() for shard, offered in offers.items()}
     batch = read_positions(where, offsets, lambda shard: decoded[shard][0])
-    return EarlyBatch(epoch, offset, batch, {shard: digest for shard, (_, digest) in decoded.items()})
+    return EarlyBatch(batch, ServedFirst(epoch, offset, {shard: digest for shard, (_, digest) in decoded.items()}))
 
 
-def check_began(early: EarlyBatch, epoch: int, offset: int) -> None:
+def check_began(early: ServedFirst, epoch: int, offset: int) -> None:
     """Refuse an iteration that began elsewhere than the early batch's state.
 
     Raises:

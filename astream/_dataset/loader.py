@@ -30,7 +30,7 @@ from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
-from astream._dataset.early import EarlyBatch, check_began
+from astream._dataset.early import EarlyBatch, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.metrics import register as register_metrics
 from astream._dataset.progress import ProgressBar
@@ -283,27 +283,28 @@ class Loader:
             self._end_bar()
 
     @asynccontextmanager
-    async def _open_epoch(self, count: bool = True, early: EarlyBatch | None = None) -> AsyncIterator[AsyncIterator[Any]]:
-        """The epoch's batches; ``early``: its first was handed out already (see _early_batch)."""
+    async def _open_epoch(self, count: bool = True,
+                          served: ServedFirst | None = None) -> AsyncIterator[AsyncIterator[Any]]:
+        """The epoch's batches; ``served``: its first was handed out already (see _early_batch)."""
         if self._prestart is not None:
             self._prestart.cancel()  # iterating already: the first batch goes first
         self._choose_workers()  # before the epoch begins: the count is the epoch's
         ds = self.dataset
         node = await ds.node()
         epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
-        if early is None:
+        if served is None:
             self.num_samples_yielded = 0
         else:
-            check_began(early, epoch, offset)
+            check_began(served, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
                                             drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
-                batches = reader.batches(self.collate_fn, served_first=None if early is None else early.digests)
+                batches = reader.batches(self.collate_fn, served_first=None if served is None else served.digests)
                 yield self._counted(batches) if count else batches
             return
-        assert early is None  # (taken only without workers)
+        assert served is None  # (taken only without workers)
         job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
                         self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread")
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
@@ -326,7 +327,8 @@ class Loader:
         self.num_samples_yielded = 0
         last = asked = time.perf_counter()
         early = self._early_batch()
-        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False, early=early),
+        served = None if early is None else early.served
+        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False, served=served),
                                maxsize=self.prefetch_batches)
         self._open_sync.add(batches)
         try:

@@ -357,7 +357,7 @@ class EpochReader(AsyncResource):
         for (shard, lease), (reader, digest) in zip(pending.items(), decoded.result(), strict=True):
             samples = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].samples
             out[shard] = PeekedRecords(reader, np.arange(samples, dtype=np.int64), [])
-            self._check_decoded(lease, shard, digest, "served before it was installed")
+            self._check_decoded(lease, shard, digest)
         return out
 
     def _check_served(self, digests: dict[int, int], stop: int) -> None:
@@ -366,14 +366,14 @@ class EpochReader(AsyncResource):
         for shard, digest in digests.items():
             leases = np.flatnonzero((self._lease_shard == shard) & (self._lease_start < stop))
             assert len(leases), f"shard {shard} was served before position {stop} but is read after it"
-            self._check_decoded(int(leases[0]), shard, digest, "served before the node answered")
+            self._check_decoded(int(leases[0]), shard, digest)
 
-    def _check_decoded(self, lease: int, shard: int, digest: int, when: str) -> None:
+    def _check_decoded(self, lease: int, shard: int, digest: int) -> None:
         """Check ``shard`` (a row group decoded from bytes whose xxh3-64 is ``digest``) against
         its installed file once ``lease`` resolves; its failure stops the iteration."""
         if lease not in self._checks:
             task = asyncio.get_running_loop().create_task(self._check(lease, functools.partial(
-                _same_bytes, digest, f"shard {shard}: its row group, {when},")))
+                _same_bytes, digest, f"shard {shard}: its row group, served before it was installed,")))
             self._checks[lease] = task
             task.add_done_callback(functools.partial(self._check_done, lease))
 

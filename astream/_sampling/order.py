@@ -27,7 +27,7 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     from astream._sampling.plan import EpochPlan
 
-__all__ = ["WorkerBatches", "batch_counts", "rank_batches", "round_robin", "worker_batches"]
+__all__ = ["WorkerBatches", "batch_counts", "first_batch", "rank_batches", "round_robin", "worker_batches"]
 
 Int64Array = NDArray[np.int64]
 
@@ -89,6 +89,18 @@ def worker_batches(plan: EpochPlan, node: int, local_rank: int, worker: int, *, 
     order.bounds.flags.writeable = False
     plan.__dict__["_last_worker_batches"] = (key, order)
     return order
+
+
+def first_batch(plan: EpochPlan, node: int, local_rank: int, worker: int, *, drop_last: bool = False) -> Int64Array:
+    """The ids of batch 0 of :func:`worker_batches` (empty if it has none), computing only
+    what they need where the plan allows it (:meth:`EpochPlan.worker_head`): a resume's
+    first batch is wanted before the rest of its epoch."""
+    memo = plan.__dict__.get("_last_worker_batches")
+    if memo is not None and memo[0] == (node, local_rank, worker, drop_last):
+        order: WorkerBatches = memo[1]
+        return order.batch(0) if order.num_batches else order.ids[:0]
+    head = plan.worker_head(node, local_rank, worker, plan.batch_size)
+    return head[:0] if drop_last and len(head) < plan.batch_size else head
 
 
 def num_batches(num_ids: int, batch_size: int, drop_last: bool) -> int:

@@ -239,6 +239,10 @@ class Partition:
         """One worker's entries, batch after batch (MosaicML's ``work[node, rank, worker]``)."""
         return self._at(node, rank, worker, 0, self.shape[3])
 
+    def worker_batches(self, node: int, rank: int, worker: int, batch_lo: int, batch_hi: int) -> Int64Array:
+        """Entries of batches ``[batch_lo, batch_hi)`` of one worker: that part of :meth:`worker`."""
+        return self._at(node, rank, worker, batch_lo, batch_hi)
+
     def array(self) -> Int64Array:
         """The whole int64 tensor."""
         out = np.empty(self.shape, np.int64)

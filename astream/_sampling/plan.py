@@ -236,12 +236,7 @@ class EpochPlan:
             return np.array(self._merged, np.int64)
         return self._to_ids(self.partition.array(), self.resampled, self.shuffle_ids)
 
-    def worker_ids(self, node: int, local_rank: int, worker: int) -> Int64Array:
-        """One worker's sample ids in order, ``-1`` for padding (``work[node, rank, worker]``).
-
-        Raises:
-            ConfigError: coordinates outside the world.
-        """
+    def _check_coords(self, node: int, local_rank: int, worker: int) -> None:
         for name, value, bound in (
             ("node", node, self.num_physical_nodes),
             ("local_rank", local_rank, self.ranks_per_node),
@@ -249,6 +244,14 @@ class EpochPlan:
         ):
             if not 0 <= value < bound:
                 raise ConfigError(f"{name}={value} is outside the world (0 <= {name} < {bound})")
+
+    def worker_ids(self, node: int, local_rank: int, worker: int) -> Int64Array:
+        """One worker's sample ids in order, ``-1`` for padding (``work[node, rank, worker]``).
+
+        Raises:
+            ConfigError: coordinates outside the world.
+        """
+        self._check_coords(node, local_rank, worker)
         if self.batching_method != "random":
             return np.array(self._merged[node, local_rank, worker].reshape(-1), np.int64)
         positions = self.partition.worker(node, local_rank, worker)
@@ -256,6 +259,31 @@ class EpochPlan:
         if parts is not None:
             parts.map_positions(positions)
         return self.resampled.to_small(positions)
+
+    def worker_head(self, node: int, local_rank: int, worker: int, count: int) -> Int64Array:
+        """The first ``count`` ids of :meth:`worker_ids`, padding dropped (fewer if it has fewer).
+
+        A resume's first batch, wanted before anything else: without a shuffle only the
+        partition's batches that hold them are computed, not the rest of the epoch (a
+        shuffle's parts depend on every position the worker uses: there, the whole worker).
+
+        Raises:
+            ConfigError: coordinates outside the world.
+        """
+        if self.shuffle or self.batching_method != "random":
+            ids = self.worker_ids(node, local_rank, worker)
+            return ids[ids >= 0][:count]
+        self._check_coords(node, local_rank, worker)
+        batches, size = self.partition.shape[3], self.partition.shape[4]
+        parts: list[Int64Array] = []
+        have, hi = 0, 0
+        while have < count and hi < batches:
+            lo, hi = hi, min(batches, hi + max(1, -(-(count - have) // size)))  # the batches that could hold the rest
+            ids = self.resampled.to_small(self.partition.worker_batches(node, local_rank, worker, lo, hi))
+            ids = ids[ids >= 0]
+            parts.append(ids)
+            have += len(ids)
+        return np.concatenate(parts)[:count] if parts else np.zeros(0, np.int64)
 
     def worker_len(self, node: int, local_rank: int, worker: int) -> int:
         """How many ids (padding aside) :meth:`worker_ids` returns, without shuffling."""
