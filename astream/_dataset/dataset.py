@@ -262,15 +262,26 @@ class StreamingDataset(RandomAccess):
     def load_state_dict(self, obj: Any) -> None:
         """Resume from a state (astream's or MosaicML's) at the next iteration; :class:`StateError`
         if it does not fit this dataset or world."""
-        self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample, workers_per_rank=1))
-        warm, resume = self.__dict__.get("_warm"), self.run.resume
-        if warm is not None and resume is not None:
+        warm = self.__dict__.get("_warm")
+        if warm is not None:
+            warm.hold()  # (the node's start waits for the first batch's decode: see warmup.py)
+        try:
+            self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample,
+                                                                   workers_per_rank=1))
+        except BaseException:
+            if warm is not None:
+                warm.release()
+            raise
+        resume = self.run.resume
+        if warm is not None and resume is None:
+            warm.release()
+        elif warm is not None and resume is not None:
             # (the plan, which the iteration needs anyway, is then cached for it)
             keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
             # The decode first: the redirect wakes the loop thread, whose work would
             # delay this thread's start.
-            preopen(keys, self.sample_map, self.config.streams, self.session.shards)
-            warm.redirect(keys)
+            decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
+            warm.redirect(keys, after=decoding)
 
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyBatch | None:
         """A loaded state's first batch (of this rank's only reader) from the row groups

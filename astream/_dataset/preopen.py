@@ -50,11 +50,11 @@ log = logging.getLogger("astream.dataset")
 PREOPEN_BYTES = 64 << 20
 
 
-def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> None:
+def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> list[Future[Decoded]]:
     """Offer ``shards`` the row groups among ``keys`` (shard keys, in the order they are read)
     that apply, up to :data:`PREOPEN_BYTES` in all, read and decoded one after the other on
-    a thread started here; returns at once. Offers of an earlier call are withdrawn (a
-    state loaded again points elsewhere)."""
+    a thread started here; returns the decodings offered at once. Offers of an earlier call
+    are withdrawn (a state loaded again points elsewhere)."""
     shards.withdraw_offers()
     firsts = _first_global_shards(smap)
     jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]] = []
@@ -80,6 +80,7 @@ def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shard
         jobs.append((decoded, url, cached, layout, info))
     if jobs:
         threading.Thread(target=_decode_all, args=(jobs,), name="astream-preopen", daemon=True).start()
+    return [job[0] for job in jobs]
 
 
 def _decode_all(jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]]) -> None:

@@ -18,6 +18,11 @@ raised before, and nothing more.
   resume point: the shards found there are prefetched, and the earlier ones withdrawn (the
   agent stops a transfer nobody else wants, already running or not). A start still joining
   then neither asks for the epoch nor plans it.
+- :meth:`WarmStart.hold`: a state is being loaded. A start that has not joined the node
+  yet waits until :meth:`WarmStart.release`, or until the row groups the redirect was
+  given to wait for are decoded (:mod:`astream._dataset.preopen`): the first batch is
+  taken from that decoding (:mod:`astream._dataset.early`), and on two cores the agent's
+  start beside it took the interpreter lock from it a few hundred times a second.
 - :meth:`WarmStart.astop` (the dataset's ``close``/``aclose``) and :meth:`WarmStart.stop_soon`
   (the dataset collected unclosed): its client leaves the node, which withdraws what it
   prefetched and nobody else wants; a node agent on a thread of this process then ends
@@ -42,11 +47,13 @@ import asyncio
 import contextlib
 import logging
 import os
-from collections.abc import Callable, Coroutine
+import threading
+from collections.abc import Callable, Coroutine, Sequence
+from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from astream._coord.client import AsyncNodeClient
-from astream._storage.loop import LoopThread
+from astream._storage.loop import LoopThread, within
 
 __all__ = ["WarmStart"]
 
@@ -54,6 +61,13 @@ log = logging.getLogger("astream.dataset")
 
 # The shards of this rank's first batch in the node's next epoch (computed off the loop).
 KeysAt = Callable[[int], list[str]]
+# Seconds a hold keeps the start from joining the node, at most.
+HOLD_S = 2.0
+
+
+def _open(gate: Future[None]) -> None:
+    with contextlib.suppress(InvalidStateError):  # (opened already)
+        gate.set_result(None)
 
 
 class WarmStart:
@@ -76,17 +90,46 @@ class WarmStart:
         self._redirected = False
         self._overtaken = False
         self._resume_keys: list[str] | None = None  # a loaded state's first shards
+        self._gate: Future[None] = Future()  # joining waits while it is not done (see hold)
+        self._gate.set_result(None)
         self._handed: list[str] | None = None  # those the iteration asked for itself
 
     def start(self, keys_at: KeysAt) -> None:
         """Join the node and prefetch ``keys_at(the node's next epoch)``, in the background."""
         self._submit(self._start(keys_at))
 
-    def redirect(self, keys: list[str]) -> None:
-        """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's)."""
+    def hold(self) -> None:
+        """A state is being loaded: what has not joined the node yet waits for :meth:`release`
+        or :meth:`redirect` (at most :data:`HOLD_S`)."""
+        if self._gate.done():
+            self._gate = Future()
+
+    def release(self) -> None:
+        """End a :meth:`hold` (the state was not loaded)."""
+        _open(self._gate)
+
+    def redirect(self, keys: list[str], after: Sequence[Future[Any]] = ()) -> None:
+        """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's); a hold
+        ends once every future of ``after`` is done (the decodings a first batch is taken from)."""
         self._redirected = True  # a start still joining or planning skips the rest
         self._resume_keys = list(keys)
         self._submit(self._prefetch(keys, overtaken_ok=True), overtaken_ok=True)
+        gate, pending = self._gate, [f for f in after if not f.done()]
+        if not pending:
+            _open(gate)
+            return
+        left = [len(pending)]
+        lock = threading.Lock()
+
+        def one_done(_: Future[Any]) -> None:
+            with lock:
+                left[0] -= 1
+                last = left[0] == 0
+            if last:
+                _open(gate)
+
+        for future in pending:
+            future.add_done_callback(one_done)
 
     async def hand_over(self, node: AsyncNodeClient) -> None:
         """An iteration has begun, its client ``node`` joined: plan and prefetch nothing more
@@ -154,6 +197,10 @@ class WarmStart:
 
     async def _joined(self) -> AsyncNodeClient:
         if self._client is None:
+            gate = self._gate
+            if not gate.done():
+                with contextlib.suppress(TimeoutError, asyncio.TimeoutError):  # (a hint: never waited for long)
+                    await within(HOLD_S, asyncio.shield(asyncio.wrap_future(gate)))
             self._client = self._make_client()
         await self._client.aconnect()
         return self._client
