@@ -30,7 +30,7 @@ from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.cache_room import check_dataset_cache
 from astream._dataset.config import DatasetConfig
-from astream._dataset.early import EarlyBatch, early_first_batch
+from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.preopen import preopen
@@ -283,10 +283,10 @@ class StreamingDataset(RandomAccess):
             decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
             warm.redirect(keys, after=decoding)
 
-    def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyBatch | None:
-        """A loaded state's first batch (of this rank's only reader) from the row groups
-        decoded at ``load_state_dict``, waiting for their decoding; None where that does not
-        apply (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
+    def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
+        """A loaded state's first batch (of this rank's only reader), to take from the row
+        groups decoded at ``load_state_dict`` once they are; None where that does not apply
+        (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
         resume = self.run.resume
         if resume is None or self.config.cache_limit is not None or self._steps() is not None:
             return None

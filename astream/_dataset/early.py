@@ -36,7 +36,8 @@ as before.
 
 from __future__ import annotations
 
-from concurrent.futures import wait
+import asyncio
+from concurrent.futures import Future, wait
 from dataclasses import dataclass
 from typing import Any
 
@@ -45,10 +46,10 @@ import numpy.typing as npt
 
 from astream._dataset.layout import SampleMap
 from astream._dataset.reader import read_positions
-from astream._dataset.shards import OpenShards
+from astream._dataset.shards import Decoded, OpenShards
 from astream.errors import StateError
 
-__all__ = ["EarlyBatch", "ServedFirst", "check_began", "early_first_batch"]
+__all__ = ["EarlyBatch", "EarlyFirst", "ServedFirst", "check_began", "early_first_batch"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -76,11 +77,47 @@ class EarlyBatch:
     served: ServedFirst
 
 
+class EarlyFirst:
+    """A reader's first batch whose every shard is being decoded ahead: take it once they are.
+
+    Args:
+        epoch, offset: the loaded state's epoch and ``sample_in_epoch``.
+        where, offsets: the shard and record of each sample of the batch, in order.
+        offers: the decoding of each of those shards.
+    """
+
+    def __init__(self, epoch: int, offset: int, where: Int64Array, offsets: Int64Array,
+                 offers: dict[int, Future[Decoded]]) -> None:
+        self._epoch, self._offset = epoch, offset
+        self._where, self._offsets = where, offsets
+        self._offers = offers
+
+    def take(self) -> EarlyBatch | None:
+        """The batch, waiting for the decodings (their thread holds no lock this one needs);
+        None if one failed (a hint: the iteration then reads the installed file, with its errors)."""
+        wait(self._offers.values())
+        return self._taken()
+
+    async def atake(self) -> EarlyBatch | None:
+        """:meth:`take` on an event loop (the loop goes on while the decodings end)."""
+        await asyncio.wait([asyncio.wrap_future(f) for f in self._offers.values()])
+        return self._taken()
+
+    def _taken(self) -> EarlyBatch | None:
+        offers = self._offers
+        if any(f.cancelled() or f.exception() is not None for f in offers.values()):
+            return None
+        decoded = {shard: offered.result() for shard, offered in offers.items()}
+        batch = read_positions(self._where, self._offsets, lambda shard: decoded[shard][0])
+        digests = {shard: digest for shard, (_, digest) in decoded.items()}
+        return EarlyBatch(batch, ServedFirst(self._epoch, self._offset, digests))
+
+
 def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,
-                      shards: OpenShards) -> EarlyBatch | None:
+                      shards: OpenShards) -> EarlyFirst | None:
     """The batch of samples ``ids`` (a reader's first: :func:`~astream._sampling.order.first_batch`)
-    from the decodings ``shards`` was offered, waiting for them (on their own thread);
-    None where one is missing or failed, or ``ids`` is empty."""
+    from the decodings offered to ``shards``, to take once they end; None where one is
+    missing, or ``ids`` is empty."""
     if not len(ids):
         return None
     where, offsets = smap.locate(ids)
@@ -90,12 +127,7 @@ def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,
         if offered is None:
             return None
         offers[shard] = offered
-    wait(offers.values())  # (their thread holds no lock this one needs)
-    if any(f.cancelled() or f.exception() is not None for f in offers.values()):
-        return None  # (a hint that failed: the iteration reads the installed file, with its errors)
-    decoded = {shard: offered.result() for shard, offered in offers.items()}
-    batch = read_positions(where, offsets, lambda shard: decoded[shard][0])
-    return EarlyBatch(batch, ServedFirst(epoch, offset, {shard: digest for shard, (_, digest) in decoded.items()}))
+    return EarlyFirst(epoch, offset, where, offsets, offers)
 
 
 def check_began(early: ServedFirst, epoch: int, offset: int) -> None:

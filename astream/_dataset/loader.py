@@ -30,7 +30,7 @@ from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
-from astream._dataset.early import EarlyBatch, ServedFirst, check_began
+from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.metrics import register as register_metrics
 from astream._dataset.progress import ProgressBar
@@ -216,7 +216,7 @@ class Loader:
         enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
-        self._open_async: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
+        self._open_async_iterations: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
         if num_workers > 0 and worker_mode == "process":
             # Join the node now, in the background (the agent starts if this is the first
             # process there: a process of its own when several ranks share the node), so
@@ -315,10 +315,33 @@ class Loader:
                               start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
 
+    @asynccontextmanager
+    async def _open_async(self) -> AsyncIterator[AsyncIterator[Any]]:
+        """``async for``'s batches: a resume's first taken early where that applies (as
+        ``for`` does), the iteration starting once it is handed out."""
+        first = self._early_first()
+        early = None if first is None else await first.atake()
+        if early is None:
+            async with self._open_epoch() as batches:
+                yield batches
+            return
+        self.num_samples_yielded = 0
+        yield self._after_early(early)
+
+    async def _after_early(self, early: EarlyBatch) -> AsyncIterator[Any]:
+        # Closed by the ManagedAsyncIterator that iterates it (its iteration's context with it).
+        batch, _ = self._handed_early(early, time.perf_counter(), time.perf_counter())
+        served = early.served
+        del early
+        yield batch
+        async with self._open_epoch(served=served) as rest:
+            async for batch in rest:
+                yield batch
+
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
         """``async for batch in loader``: this rank's batches of the next epoch."""
-        iteration: ManagedAsyncIterator[Any] = ManagedAsyncIterator(self._open_epoch())
-        self._open_async.add(iteration)
+        iteration: ManagedAsyncIterator[Any] = ManagedAsyncIterator(self._open_async())
+        self._open_async_iterations.add(iteration)
         return iteration
 
     def __iter__(self) -> Iterator[Any]:
@@ -326,16 +349,15 @@ class Loader:
         # Counted here, as the caller receives each batch, not when the loop thread made it.
         self.num_samples_yielded = 0
         last = asked = time.perf_counter()
-        early = self._early_batch()
+        first = self._early_first()
+        early = None if first is None else first.take()
         served = None if early is None else early.served
         batches = SyncIterator(portal(), lambda: self._open_epoch(count=False, served=served),
                                maxsize=self.prefetch_batches)
         self._open_sync.add(batches)
         try:
             if early is not None:
-                batch = early.batch if self.batch_transform is None else \
-                    STAGES.call("transform", apply_batch_transform, self.batch_transform, early.batch)
-                last = self._received(batch, asked, last)
+                batch, last = self._handed_early(early, asked, last)
                 del early  # (the iteration holds what it needs of it)
                 yield batch
             while True:
@@ -350,14 +372,22 @@ class Loader:
             batches.close()
             self._end_bar()
 
-    def _early_batch(self) -> EarlyBatch | None:
-        """A resume's first batch from the row groups decoded at ``load_state_dict``, taken in
-        this thread before the iteration joins the node (:mod:`astream._dataset.early`); None
-        where that does not apply: the iteration then reads it."""
+    def _early_first(self) -> EarlyFirst | None:
+        """A resume's first batch, to take from the row groups decoded at ``load_state_dict``
+        before the iteration joins the node (:mod:`astream._dataset.early`); None where that
+        does not apply: the iteration then reads it."""
         self._choose_workers()  # (the count this iteration runs with)
         if self.num_workers or self.collate_fn is not None:
             return None
         return self.dataset.early_first_batch(self.batch_size, self.drop_last)
+
+    def _handed_early(self, early: EarlyBatch, asked: float, last: float) -> tuple[Any, float]:
+        """The early batch as the caller receives it (its batch transform applied), counted."""
+        if self.progress:
+            self._epoch_samples = sum(len(b) for b in self.batch_ids(early.served.epoch, early.served.offset))
+        batch = early.batch if self.batch_transform is None else \
+            STAGES.call("transform", apply_batch_transform, self.batch_transform, early.batch)
+        return batch, self._received(batch, asked, last)
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
@@ -388,7 +418,7 @@ class Loader:
             self._prestart.cancel()
         for batches in list(self._open_sync):
             batches.close()
-        for iteration in list(self._open_async):
+        for iteration in list(self._open_async_iterations):
             iteration.close_soon()
         if self._crew is not None:
             self._crew.close()
@@ -396,10 +426,10 @@ class Loader:
     async def aclose(self) -> None:
         """:meth:`close`, waiting for the ``async for`` iterations of the running loop to end."""
         loop = asyncio.get_running_loop()
-        mine = [it for it in list(self._open_async) if it.loop in (None, loop)]
+        mine = [it for it in list(self._open_async_iterations) if it.loop in (None, loop)]
         for iteration in mine:
             await iteration.aclose()
-        others = [it for it in list(self._open_async) if it not in mine]
+        others = [it for it in list(self._open_async_iterations) if it not in mine]
         for iteration in others:
             iteration.close_soon()
         for batches in list(self._open_sync):

@@ -7,7 +7,15 @@ import pytest
 from hypothesis import assume, given
 from hypothesis import strategies as st
 
-from astream._sampling.order import WorkerBatches, batch_counts, rank_batches, round_robin, worker_batches
+from astream._sampling.order import (
+    WorkerBatches,
+    batch_counts,
+    first_batch,
+    rank_batches,
+    round_robin,
+    worker_batches,
+)
+from astream.errors import ConfigError
 from astream.sampling import EpochPlan
 
 
@@ -91,3 +99,43 @@ def test_worker_batches_kept_for_a_second_ask_read_only_and_per_worker() -> None
     assert np.array_equal(again.bounds, first.bounds)
     dropped = worker_batches(plan, 0, 1, 1, drop_last=True)
     assert dropped.num_samples == len(first.ids) - len(first.ids) % 4
+
+
+@given(
+    sizes=st.lists(st.integers(0, 60), min_size=1, max_size=6),
+    shuffle=st.booleans(),
+    nodes=st.integers(1, 2),
+    ncn_per_node=st.sampled_from([1, 2, 3]),
+    ranks=st.integers(1, 3),
+    workers=st.integers(1, 4),
+    batch=st.integers(1, 7),
+    drop_last=st.booleans(),
+    partition_algo=st.sampled_from(["orig", "relaxed"]),
+    epoch_size=st.sampled_from([None, 37, 150]),
+    data=st.data(),
+)
+def test_first_batch_is_batch_zero_of_worker_batches_without_the_rest(
+    sizes: list[int], shuffle: bool, nodes: int, ncn_per_node: int, ranks: int, workers: int, batch: int,
+    drop_last: bool, partition_algo: str, epoch_size: int | None, data: st.DataObject,
+) -> None:
+    # A resume's first batch (its shards are read ahead at load_state_dict) comes from the
+    # partition's first batches alone, unshuffled: the same ids as the whole worker's order.
+    ncn = nodes * ncn_per_node
+    assume(sum(sizes) >= 4 * ncn)
+    total = epoch_size or sum(sizes)
+    offset = data.draw(st.integers(0, total))
+    try:
+        plan = EpochPlan([{"shard_sizes": sizes}], shuffle=shuffle, batch_size=batch, num_canonical_nodes=ncn,
+                         num_physical_nodes=nodes, ranks_per_node=ranks, workers_per_rank=workers, epoch=2,
+                         sample_in_epoch=offset, partition_algo=partition_algo, epoch_size=epoch_size)
+    except ConfigError:
+        assume(False)  # (a world this epoch cannot be laid out on: refused, tested elsewhere)
+    node, rank = data.draw(st.integers(0, nodes - 1)), data.draw(st.integers(0, ranks - 1))
+    worker = data.draw(st.integers(0, workers - 1))
+    fresh = EpochPlan.of(plan.streams, plan.options)  # (nothing of the whole order computed yet)
+    got = first_batch(fresh, node, rank, worker, drop_last=drop_last)
+    assert "_last_worker_batches" not in fresh.__dict__
+    order = worker_batches(plan, node, rank, worker, drop_last=drop_last)
+    want = order.batch(0) if order.num_batches else order.ids[:0]
+    assert got.tolist() == want.tolist()
+    assert first_batch(plan, node, rank, worker, drop_last=drop_last).tolist() == want.tolist()  # (kept order)

@@ -1,0 +1,357 @@
+"""A resume's first batch before the node agent answers (``astream._dataset.early``).
+
+``Loader(); load_state_dict(); next()`` over a local folder of Parquet files: the first
+batch comes from the row groups decoded at ``load_state_dict``, in the iterating thread,
+while the node agent's start waits for that decode; the iteration then skips it and checks
+it. Every test compares the rows with pyarrow's own read of the same files, and the batches
+after the first with an iteration that never took an early batch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import parquet_data as data
+import pytest
+
+from astream import Loader, StreamingDataset
+from astream._coord.agent import Agent
+from astream._coord.config import CoordConfig
+from astream._coord.world import World
+from astream._dataset import early as early_module
+from astream.errors import ServedSamplesError, StateError
+
+# Row group 2 of file 0 holds samples 2000-2399: a resume at 2100 reads it first.
+AT = 2100
+BATCH = 50
+
+
+@pytest.fixture(scope="module")
+def folder(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, Any]]]:
+    root = tmp_path_factory.mktemp("parquet-early")
+    return root, data.truth(data.write(root))
+
+
+def _ids(batch: dict[str, Any], truth: dict[int, dict[str, Any]]) -> list[int]:
+    out = []
+    for row in data.rows(batch):
+        assert data.same(row, truth[row["id"]]), row["id"]
+        out.append(row["id"])
+    return out
+
+
+def _taken_early(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """Records the size of each first batch taken early."""
+    taken: list[int] = []
+    real = early_module.EarlyFirst._taken
+
+    def spy(self: early_module.EarlyFirst) -> Any:
+        got = real(self)
+        if got is not None:
+            taken.append(len(got.batch["id"]))
+        return got
+
+    monkeypatch.setattr(early_module.EarlyFirst, "_taken", spy)
+    return taken
+
+
+def _resumed(root: Path, cache: Path, state_at: int = AT, **kwargs: Any) -> tuple[StreamingDataset, Loader]:
+    ds = StreamingDataset(remote=str(root), local=str(cache), format="parquet", batch_size=BATCH, **kwargs)
+    loader = Loader(ds, drop_last=False)
+    loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": state_at})
+    return ds, loader
+
+
+def test_the_first_batch_comes_while_the_node_agent_cannot_start_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The agent's start is held until the test has the first batch in hand: had the batch
+    # needed the node, next() would wait for the agent (and the agent for the test).
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    may_start, serving = threading.Event(), threading.Event()
+    serve = Agent.serve
+
+    async def held(self: Agent, *args: Any, **kwargs: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, may_start.wait, 30)
+        serving.set()
+        await serve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "serve", held)
+    ds, loader = _resumed(root, tmp_path / "cache")
+    try:
+        batches = iter(loader)
+        first = next(batches)
+        assert not serving.is_set()
+        may_start.set()
+        seen = _ids(first, truth) + [i for batch in batches for i in _ids(batch, truth)]
+        assert serving.is_set()
+        assert seen == sorted(truth)[AT:]
+        assert taken == [BATCH]
+        assert loader.state_dict()["sample_in_epoch"] == len(truth)
+    finally:
+        may_start.set()
+        loader.close()
+        ds.close()
+
+
+def test_a_state_taken_after_the_early_batch_resumes_where_it_points(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The early batch counts like any other: a state taken right after it (before the
+    # iteration joined the node) and one taken a batch later resume exactly there.
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    ds, loader = _resumed(root, tmp_path / "a")
+    try:
+        batches = iter(loader)
+        first = _ids(next(batches), truth)
+        after_one = loader.state_dict()
+        second = _ids(next(batches), truth)
+        after_two = loader.state_dict()
+        batches.close()
+    finally:
+        loader.close()
+        ds.close()
+    assert first + second == sorted(truth)[AT : AT + 2 * BATCH]
+    assert (after_one["sample_in_epoch"], after_two["sample_in_epoch"]) == (AT + BATCH, AT + 2 * BATCH)
+    for state, cache in ((after_one, "b"), (after_two, "c")):
+        again = StreamingDataset(remote=str(root), local=str(tmp_path / cache), format="parquet", batch_size=BATCH)
+        try:
+            resumed = Loader(again, drop_last=False)
+            resumed.load_state_dict(state)
+            rest = [i for batch in resumed for i in _ids(batch, truth)]
+            resumed.close()
+        finally:
+            again.close()
+        assert rest == sorted(truth)[state["sample_in_epoch"] :]
+    assert taken == [BATCH] * 3
+
+
+def test_a_first_batch_across_row_groups_and_files_is_one_batch_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A resume 10 rows before the end of file 0: its first batch reads the last row group of
+    # file 0 and the first of file 1, both decoded ahead, gathered in the reader's order.
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    ids = sorted(truth)
+    at = sum(data.GROUPS) - 10
+    ds, loader = _resumed(root, tmp_path / "cache", state_at=at)
+    try:
+        seen = [i for batch in loader for i in _ids(batch, truth)]
+    finally:
+        loader.close()
+        ds.close()
+    assert seen == ids[at:]
+    assert taken == [BATCH]
+
+
+def test_the_batch_transform_applies_to_the_early_batch(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", batch_size=BATCH)
+    loader = Loader(ds, drop_last=False, batch_transform=_doubled_ids)
+    try:
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": AT})
+        got = [int(i) for batch in loader for i in batch["twice"]]
+    finally:
+        loader.close()
+        ds.close()
+    assert got == [2 * i for i in sorted(truth)[AT:]]
+    assert taken == [BATCH]
+
+
+def _doubled_ids(batch: dict[str, Any]) -> dict[str, Any]:
+    return {"twice": np.asarray(batch["id"]) * 2}
+
+
+class _Tagged(StreamingDataset):
+    """A subclass that transforms each sample (MosaicML's idiom): read sample by sample."""
+
+    def __getitem__(self, index: int) -> Any:
+        sample = super().__getitem__(index)
+        return {"id": sample["id"], "tag": f"t{sample['id']}"}
+
+
+def test_a_subclass_or_a_collate_fn_reads_the_first_batch_through_the_iteration(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # Sample-by-sample reading (a subclass's __getitem__, a transform, a collate_fn) is the
+    # iteration's: no early batch, and the first batch is transformed like the rest.
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    ds = _Tagged(remote=str(root), local=str(tmp_path / "a"), format="parquet", batch_size=BATCH)
+    loader = Loader(ds, drop_last=False)
+    try:
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": AT})
+        tags = [t for batch in loader for t in batch["tag"]]
+    finally:
+        loader.close()
+        ds.close()
+    assert tags == [f"t{i}" for i in sorted(truth)[AT:]]
+    plain = StreamingDataset(remote=str(root), local=str(tmp_path / "b"), format="parquet", batch_size=BATCH)
+    loader = Loader(plain, drop_last=False, collate_fn=lambda rows: [int(r["id"]) for r in rows])
+    try:
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": AT})
+        assert [i for batch in loader for i in batch] == sorted(truth)[AT:]
+    finally:
+        loader.close()
+        plain.close()
+    assert taken == []
+
+
+def test_the_node_agent_starts_after_the_first_batch_decode(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The warm start joins the node (starting its agent) only once the resume's row group is
+    # decoded: on two cores the agent's start beside the decode slowed it down. A decode made
+    # slow shows the order; the hold lasts HOLD_S at most.
+    from astream._dataset import warmup
+    from astream._format.parquet import reader as parquet_reader
+
+    root, truth = folder
+    events: list[tuple[str, float]] = []
+    init = parquet_reader.RowGroupReader.__init__
+
+    def slow(self: Any, path: str, *args: Any, **kwargs: Any) -> None:
+        if "read ahead of its install" in path:
+            time.sleep(0.3)
+            events.append(("decoded", time.monotonic()))
+        init(self, path, *args, **kwargs)
+
+    serve = Agent.serve
+
+    async def noted(self: Agent, *args: Any, **kwargs: Any) -> None:
+        events.append(("agent", time.monotonic()))
+        await serve(self, *args, **kwargs)
+
+    monkeypatch.setattr(parquet_reader.RowGroupReader, "__init__", slow)
+    monkeypatch.setattr(Agent, "serve", noted)
+    for hold, cache, want in ((warmup.HOLD_S, "a", ["decoded", "agent"]), (0.05, "b", ["agent", "decoded"])):
+        monkeypatch.setattr(warmup, "HOLD_S", hold)
+        events.clear()
+        ds, loader = _resumed(root, tmp_path / cache)
+        try:
+            deadline = time.monotonic() + 30
+            while len(events) < 2 and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert [name for name, _ in events] == want, hold
+            assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
+        finally:
+            loader.close()
+            ds.close()
+
+
+def test_ranks_of_a_node_that_loaded_different_states_are_refused(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
+    # Two ranks of one node, one resuming epoch 0 and the other epoch 1 (a mistake): the
+    # node begins one epoch, so one of them handed out a first batch of an epoch it does not
+    # run: that rank's iteration is refused, naming the two epochs.
+    root, truth = folder
+    coord = CoordConfig(agent_mode="thread", agent_linger=0, connect_timeout=30)
+    outcome: dict[int, BaseException | list[int]] = {}
+
+    def rank(r: int) -> None:
+        world = World(rank=r, world_size=2, local_rank=r, ranks_per_node=2)
+        ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet",
+                              batch_size=BATCH, world=world, coord=coord, run_id="early-states")
+        try:
+            loader = Loader(ds, drop_last=False)
+            loader.load_state_dict({**loader.state_dict(), "epoch": r, "sample_in_epoch": AT})
+            outcome[r] = [i for batch in loader for i in _ids(batch, truth)]
+            loader.close()
+        except BaseException as exc:
+            outcome[r] = exc
+        finally:
+            ds.close()
+
+    threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    refused = [r for r, got in outcome.items() if isinstance(got, StateError)]
+    assert len(outcome) == 2
+    assert len(refused) == 1, outcome
+    assert "loaded different states" in str(outcome[refused[0]])
+    other = outcome[1 - refused[0]]
+    assert isinstance(other, list)
+    assert len(set(other)) == len(other)
+
+
+def test_a_row_group_of_the_early_batch_alone_from_other_bytes_stops_the_epoch(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The first batch takes its first 10 rows from row group 1 and
+    # the rest from row group 2, which the later batches read. Row group 1 is read by the
+    # early batch alone, and its bytes turn out not to be the installed ones: the epoch stops.
+    import xxhash
+
+    import astream._dataset.preopen as preopen_module
+
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    digests = [0]
+
+    class FirstDiffers:
+        @staticmethod
+        def xxh3_64_intdigest(data: bytes) -> int:
+            digests[0] += 1
+            real = xxhash.xxh3_64_intdigest(data)
+            return real + 1 if digests[0] == 1 else real  # (row group 1 is decoded first)
+
+    monkeypatch.setattr(preopen_module, "xxhash", FirstDiffers)
+    ds, loader = _resumed(root, tmp_path / "cache", state_at=1990)
+    try:
+        with pytest.raises(ServedSamplesError, match=r"rg00001.*served before it was installed"):
+            _ = [_ids(batch, truth) for batch in loader]
+    finally:
+        loader.close()
+        ds.close()
+    assert taken == [BATCH]
+    assert digests[0] == 2
+
+
+def test_async_for_takes_the_early_batch_too(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # ``async for`` over a resumed loader: the same first batch, taken from the decoding on
+    # the caller's loop; left after two batches, then resumed from its state, exact.
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    ds, loader = _resumed(root, tmp_path / "a")
+
+    async def two() -> list[int]:
+        seen: list[int] = []
+        try:
+            async for batch in loader:
+                seen += _ids(batch, truth)
+                if len(seen) == 2 * BATCH:
+                    break
+            return seen
+        finally:
+            await loader.aclose()
+            await ds.aclose()  # (this loop's node client)
+
+    try:
+        seen = asyncio.run(two())
+        state = loader.state_dict()
+    finally:
+        loader.close()
+        ds.close()
+    assert seen == sorted(truth)[AT : AT + 2 * BATCH]
+    assert state["sample_in_epoch"] == AT + 2 * BATCH
+    ds, loader = _resumed(root, tmp_path / "b", state_at=state["sample_in_epoch"])
+
+    async def rest() -> list[int]:
+        try:
+            return [i async for batch in loader for i in _ids(batch, truth)]
+        finally:
+            await ds.aclose()
+
+    try:
+        assert asyncio.run(rest()) == sorted(truth)[AT + 2 * BATCH :]
+    finally:
+        loader.close()
+        ds.close()
+    assert taken == [BATCH, BATCH]
