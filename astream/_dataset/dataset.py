@@ -282,6 +282,18 @@ class StreamingDataset(RandomAccess):
             # delay this thread's start.
             decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
             warm.redirect(keys, after=decoding)
+            if not decoding:
+                # No first batch to take early: the reader's order of the rest of the epoch
+                # is made now, while the node agent starts, not after the epoch's barrier.
+                self._plan_reader(resume.epoch, resume.sample_in_epoch)
+
+    def _plan_reader(self, epoch: int, sample_in_epoch: int) -> None:
+        """Compute (and keep on the plan) the order of a loader's only reader, if it has one."""
+        workers, size, drop_last = self._warm_shape
+        if workers == 1:
+            plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1, batch_size=size)
+            world = self.config.world
+            worker_batches(plan, world.node, world.local_rank, 0, drop_last=drop_last)
 
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
