@@ -447,6 +447,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                 if not state["ran"]:
                     state["abandoned"] = True
                     listener.close()
+            task.add_done_callback(_retrieved)  # (the start goes on: how it ends is nobody's now)
             raise
 
     async def _hello(self, sock: Any) -> Link:

@@ -92,7 +92,10 @@ def _start_thread(listener: socket.socket, factory: ProviderFactory, config: Coo
             run_agent(listener, factory, config, ready.set)
         except BaseException as exc:
             failure.append(exc)
-            log.exception("astream agent thread failed")
+            # A program that ended while its agent started (it took a batch and left): the
+            # interpreter's shutdown refused the agent's threads; nobody waits for it.
+            log.log(logging.DEBUG if _refused_at_exit(exc) else logging.ERROR, "astream agent thread failed",
+                    exc_info=True)
         finally:
             listener.close()
             ready.set()
@@ -101,6 +104,12 @@ def _start_thread(listener: socket.socket, factory: ProviderFactory, config: Coo
     if not ready.wait(config.connect_timeout) or failure:
         raise CoordinationError(f"the node agent thread did not start: {failure[0] if failure else 'timed out'}")
     return os.getpid()
+
+
+def _refused_at_exit(exc: BaseException) -> bool:
+    """Whether ``exc`` is the refusal of a new thread's work once the interpreter began to
+    exit (``concurrent.futures`` words it so since Python 3.9)."""
+    return isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc)
 
 
 def _start_process(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:

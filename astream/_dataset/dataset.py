@@ -263,29 +263,29 @@ class StreamingDataset(RandomAccess):
         """Resume from a state (astream's or MosaicML's) at the next iteration; :class:`StateError`
         if it does not fit this dataset or world."""
         warm = self.__dict__.get("_warm")
-        if warm is not None:
-            warm.hold()  # (the node's start waits for the first batch's decode: see warmup.py)
+        if warm is None:
+            self.run.load(obj, self._plan_at)
+            return
+        warm.hold()  # (the node's start waits for the first batch's decode: see warmup.py)
         try:
-            self.run.load(obj, lambda epoch, sample: self.plan(epoch=epoch, sample_in_epoch=sample,
-                                                                   workers_per_rank=1))
-        except BaseException:
-            if warm is not None:
-                warm.release()
-            raise
-        resume = self.run.resume
-        if warm is not None and resume is None:
-            warm.release()
-        elif warm is not None and resume is not None:
+            self.run.load(obj, self._plan_at)
+            resume = self.run.resume
+            assert resume is not None
             # (the plan, which the iteration needs anyway, is then cached for it)
             keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
             # The decode first: the redirect wakes the loop thread, whose work would
             # delay this thread's start.
             decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
             warm.redirect(keys, after=decoding)
-            if not decoding:
-                # No first batch to take early: the reader's order of the rest of the epoch
-                # is made now, while the node agent starts, not after the epoch's barrier.
-                self._plan_reader(resume.epoch, resume.sample_in_epoch)
+        finally:
+            warm.release()
+        if not decoding:
+            # No first batch to take early: the reader's order of the rest of the epoch is
+            # made now, while the node agent starts, not after the epoch's barrier.
+            self._plan_reader(resume.epoch, resume.sample_in_epoch)
+
+    def _plan_at(self, epoch: int, sample_in_epoch: int) -> EpochPlan:
+        return self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1)
 
     def _plan_reader(self, epoch: int, sample_in_epoch: int) -> None:
         """Compute (and keep on the plan) the order of a loader's only reader, if it has one."""
@@ -306,7 +306,8 @@ class StreamingDataset(RandomAccess):
                          batch_size=batch_size)
         world = self.config.world
         ids = first_batch(plan, world.node, world.local_rank, 0, drop_last=drop_last)
-        return early_first_batch(resume.epoch, resume.sample_in_epoch, ids, self.sample_map, self.session.shards)
+        return early_first_batch(resume.epoch, resume.sample_in_epoch, ids, self.sample_map, self.session.shards,
+                                 self.__dict__.get("_warm"))
 
     @asynccontextmanager
     async def open_epoch_reader(

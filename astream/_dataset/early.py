@@ -37,9 +37,11 @@ as before.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections.abc import Iterator
 from concurrent.futures import Future, wait
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 import numpy.typing as npt
@@ -52,6 +54,14 @@ from astream.errors import StateError
 __all__ = ["EarlyBatch", "EarlyFirst", "ServedFirst", "check_began", "early_first_batch"]
 
 Int64Array = npt.NDArray[np.int64]
+
+
+class Holds(Protocol):
+    """What keeps the node's start waiting while a first batch is taken (a dataset's warm start)."""
+
+    def hold(self) -> None: ...
+
+    def release(self) -> None: ...
 
 
 @dataclass(frozen=True)
@@ -87,21 +97,37 @@ class EarlyFirst:
     """
 
     def __init__(self, epoch: int, offset: int, where: Int64Array, offsets: Int64Array,
-                 offers: dict[int, Future[Decoded]]) -> None:
+                 offers: dict[int, Future[Decoded]], holds: Holds | None = None) -> None:
         self._epoch, self._offset = epoch, offset
         self._where, self._offsets = where, offsets
         self._offers = offers
+        self._holds = holds
 
     def take(self) -> EarlyBatch | None:
         """The batch, waiting for the decodings (their thread holds no lock this one needs);
         None if one failed (a hint: the iteration then reads the installed file, with its errors)."""
-        wait(self._offers.values())
-        return self._taken()
+        with self._held():
+            wait(self._offers.values())
+            return self._taken()
 
     async def atake(self) -> EarlyBatch | None:
         """:meth:`take` on an event loop (the loop goes on while the decodings end)."""
-        await asyncio.wait([asyncio.wrap_future(f) for f in self._offers.values()])
-        return self._taken()
+        with self._held():
+            await asyncio.wait([asyncio.wrap_future(f) for f in self._offers.values()])
+            return self._taken()
+
+    @contextlib.contextmanager
+    def _held(self) -> Iterator[None]:
+        """The node's start waits while the batch is taken (see astream._dataset.warmup)."""
+        holds = self._holds
+        if holds is None:
+            yield
+            return
+        holds.hold()
+        try:
+            yield
+        finally:
+            holds.release()
 
     def _taken(self) -> EarlyBatch | None:
         offers = self._offers
@@ -114,10 +140,10 @@ class EarlyFirst:
 
 
 def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,
-                      shards: OpenShards) -> EarlyFirst | None:
+                      shards: OpenShards, holds: Holds | None = None) -> EarlyFirst | None:
     """The batch of samples ``ids`` (a reader's first: :func:`~astream._sampling.order.first_batch`)
-    from the decodings offered to ``shards``, to take once they end; None where one is
-    missing, or ``ids`` is empty."""
+    from the decodings offered to ``shards``, to take once they end (``holds``: held while
+    it is taken); None where one is missing, or ``ids`` is empty."""
     if not len(ids):
         return None
     where, offsets = smap.locate(ids)
@@ -127,7 +153,7 @@ def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,
         if offered is None:
             return None
         offers[shard] = offered
-    return EarlyFirst(epoch, offset, where, offsets, offers)
+    return EarlyFirst(epoch, offset, where, offsets, offers, holds)
 
 
 def check_began(early: ServedFirst, epoch: int, offset: int) -> None:

@@ -24,90 +24,178 @@ failure is logged at debug level and the reader decodes the installed file.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 import threading
+from collections.abc import Callable
 from concurrent.futures import Future
+from dataclasses import dataclass
 
 import xxhash
 
-from astream._cache.ranged import copy_ranges_from
+from astream._cache.ranged import copy_ranges_from, fetch_ranges
 from astream._dataset.layout import SampleMap
 from astream._dataset.provider import parse_key
+from astream._dataset.runtime import portal
 from astream._dataset.shards import Decoded, OpenShards
 from astream._dataset.stream import Stream
 from astream._format.index import ShardInfo
 from astream._format.parquet.reader import ParquetLayout, RowGroupReader
+from astream._storage.base import StorageOptions
+from astream._storage.config import RemoteConfig
 from astream._storage.local import local_path_of
-from astream._storage.registry import join_url, scheme_of
+from astream._storage.registry import StoragePool, configure, join_url, scheme_of
+from astream._storage.retry import RetryPolicy
 from astream._storage.sink import BufferedSink
 
-__all__ = ["PREOPEN_BYTES", "preopen"]
+__all__ = ["PREOPEN_BYTES", "PREOPEN_NETWORK_BYTES", "preopen"]
 
 log = logging.getLogger("astream.dataset")
 
 # Bytes of row groups decoded ahead of their install at most, in all (their cached bytes).
 PREOPEN_BYTES = 64 << 20
+# The same over a network, where they are fetched twice (here, and by the node's transfer).
+PREOPEN_NETWORK_BYTES = 16 << 20
 
 
-def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> list[Future[Decoded]]:
+@dataclass(frozen=True)
+class _Job:
+    """One row group to read ahead: where from, where the agent will install it, how it decodes."""
+
+    decoded: Future[Decoded]
+    url: str
+    cached: str
+    layout: ParquetLayout
+    info: ShardInfo
+    remote: RemoteConfig | None  # None: a local folder
+
+
+def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards, *,
+            network: bool = True) -> list[Future[Decoded]]:
     """Offer ``shards`` the row groups among ``keys`` (shard keys, in the order they are read)
-    that apply, up to :data:`PREOPEN_BYTES` in all, read and decoded one after the other on
-    a thread started here; returns the decodings offered at once. Offers of an earlier call
-    are withdrawn (a state loaded again points elsewhere)."""
+    that apply, the first ones up to :data:`PREOPEN_BYTES` (local folders) and
+    :data:`PREOPEN_NETWORK_BYTES` (other remotes; none if not ``network``), read and decoded
+    one after the other in the background; returns the decodings offered, at once. Offers
+    of an earlier call are withdrawn (a state loaded again points elsewhere)."""
     shards.withdraw_offers()
     firsts = _first_global_shards(smap)
-    jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]] = []
-    budget = PREOPEN_BYTES
+    local: list[_Job] = []
+    remote: list[_Job] = []
+    budget = {True: PREOPEN_BYTES, False: PREOPEN_NETWORK_BYTES if network else 0}
     for key in keys:
-        stream, local = parse_key(key)
+        stream, index = parse_key(key)
         s = streams[stream]
-        shard = firsts[stream] + local
+        shard = firsts[stream] + index
         layout = smap.layouts[shard]
-        info = smap.indexes[stream].shards[local]
+        info = smap.indexes[stream].shards[index]
         source = info.source
-        if (not isinstance(layout, ParquetLayout) or source is None or s.remote is None
-                or scheme_of(s.remote) not in ("", "file")):
+        if not isinstance(layout, ParquetLayout) or source is None or s.remote is None:
             continue
-        if source.nbytes > budget:
-            break  # (a shuffled first batch may read many row groups: the rest is the agent's)
-        budget -= source.nbytes
+        in_place = scheme_of(s.remote) in ("", "file")
+        if source.nbytes > budget[in_place]:
+            # (a shuffled first batch may read many row groups: the rest are the agent's)
+            budget[in_place] = 0
+            continue
+        budget[in_place] -= source.nbytes
         folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
         cached = os.path.join(folder, *info.raw_data.basename.split("/"))
-        url = join_url(join_url(s.remote, s.split), source.file)
-        decoded: Future[Decoded] = Future()
-        shards.offer(shard, decoded)
-        jobs.append((decoded, url, cached, layout, info))
-    if jobs:
-        threading.Thread(target=_decode_all, args=(jobs,), name="astream-preopen", daemon=True).start()
-    return [job[0] for job in jobs]
+        if not in_place and os.path.exists(cached):
+            continue  # (installed already: the reader opens it at once)
+        job = _Job(Future(), join_url(join_url(s.remote, s.split), source.file), cached, layout, info,
+                   None if in_place else s.remote_config)
+        shards.offer(shard, job.decoded)
+        (local if in_place else remote).append(job)
+    if local:
+        threading.Thread(target=_read_all, args=(local,), name="astream-preopen", daemon=True).start()
+    if remote:
+        portal().submit(_fetch_all(remote))
+    return [job.decoded for job in (*local, *remote)]
 
 
-def _decode_all(jobs: list[tuple[Future[Decoded], str, str, ParquetLayout, ShardInfo]]) -> None:
+def _read_all(jobs: list[_Job]) -> None:
     for job in jobs:  # in the order they are read
-        _decode(*job)
+        _run(job, _read_local)
 
 
-def _decode(decoded: Future[Decoded], url: str, cached: str, layout: ParquetLayout, info: ShardInfo) -> None:
-    if not decoded.set_running_or_notify_cancel():
+def _read_local(job: _Job) -> Decoded:
+    assert job.info.source is not None
+    collect = _Collect()
+    fd = os.open(local_path_of(job.url), os.O_RDONLY)
+    try:
+        copy_ranges_from(fd, job.url, job.info.source, collect)
+    finally:
+        os.close(fd)
+    return _decode(job, collect.getvalue())
+
+
+def _run(job: _Job, read: Callable[[_Job], Decoded]) -> None:
+    if not job.decoded.set_running_or_notify_cancel():
         return
     try:
-        if os.path.exists(cached):
-            raise FileExistsError(f"{cached} is installed already")  # (the reader opens it at once)
-        assert info.source is not None
-        collect = _Collect()
-        fd = os.open(local_path_of(url), os.O_RDONLY)
-        try:
-            copy_ranges_from(fd, url, info.source, collect)
-        finally:
-            os.close(fd)
-        data = collect.getvalue()
-        # One core: the node agent's start, which this overlaps, needs the other.
-        reader = RowGroupReader(f"{url} (row group read ahead of its install)", layout, info, data, threads=False)
-        decoded.set_result((reader, xxhash.xxh3_64_intdigest(data)))
+        if os.path.exists(job.cached):
+            raise FileExistsError(f"{job.cached} is installed already")  # (the reader opens it at once)
+        job.decoded.set_result(read(job))
     except BaseException as exc:
-        log.debug("astream: row group %s of %s not decoded ahead: %s", info.index, url, exc)
-        decoded.set_exception(exc)
+        _failed(job, exc)
+
+
+def _failed(job: _Job, exc: BaseException) -> None:
+    log.debug("astream: row group %s of %s not decoded ahead: %s", job.info.index, job.url, exc)
+    job.decoded.set_exception(exc)
+
+
+def _decode(job: _Job, data: bytes) -> Decoded:
+    # One core: the node agent's start, which this may overlap, needs the other.
+    reader = RowGroupReader(f"{job.url} (row group read ahead of its install)", job.layout, job.info, data,
+                            threads=False)
+    return reader, xxhash.xxh3_64_intdigest(data)
+
+
+async def _fetch_all(jobs: list[_Job]) -> None:
+    """The row groups of other remotes, on astream's loop thread: fetched by range (one quick
+    attempt: a failure falls back to the agent's transfer, which retries), decoded on an
+    executor thread, one after the other."""
+    pool = StoragePool(StorageOptions(retry=RetryPolicy(retries=0)))
+    loop = asyncio.get_running_loop()
+    try:
+        for job in jobs:
+            if not job.decoded.set_running_or_notify_cancel():
+                continue
+            try:
+                assert job.info.source is not None
+                assert job.remote is not None
+                storage = pool.get(job.url, configure(job.url, job.remote, pool.options).remote)
+                sink = _Memory()
+                await fetch_ranges(storage, job.url, job.info.source, sink)
+                job.decoded.set_result(await loop.run_in_executor(None, _decode, job, sink.getvalue()))
+            except BaseException as exc:
+                _failed(job, exc)
+                if not isinstance(exc, Exception):
+                    raise
+    finally:
+        for job in jobs:  # (cancelled before their turn: nobody waits for them)
+            if not job.decoded.done():
+                job.decoded.cancel()
+        await pool.aclose()
+
+
+class _Memory:
+    """A :class:`~astream._storage.sink.Sink` that keeps the bytes."""
+
+    def __init__(self) -> None:
+        self._chunks: list[bytes] = []
+        self.received = 0
+
+    async def write(self, data: bytes) -> None:
+        self._chunks.append(data)
+        self.received += len(data)
+
+    async def restart(self) -> None:
+        self._chunks, self.received = [], 0
+
+    def getvalue(self) -> bytes:
+        return self._chunks[0] if len(self._chunks) == 1 else b"".join(self._chunks)
 
 
 class _Collect(BufferedSink):

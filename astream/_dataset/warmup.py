@@ -18,11 +18,12 @@ raised before, and nothing more.
   resume point: the shards found there are prefetched, and the earlier ones withdrawn (the
   agent stops a transfer nobody else wants, already running or not). A start still joining
   then neither asks for the epoch nor plans it.
-- :meth:`WarmStart.hold`: a state is being loaded. A start that has not joined the node
-  yet waits until :meth:`WarmStart.release`, or until the row groups the redirect was
-  given to wait for are decoded (:mod:`astream._dataset.preopen`): the first batch is
-  taken from that decoding (:mod:`astream._dataset.early`), and on two cores the agent's
-  start beside it took the interpreter lock from it a few hundred times a second.
+- :meth:`WarmStart.hold` / :meth:`WarmStart.release`: while a state is being loaded, its
+  first batch's row groups decoded (:mod:`astream._dataset.preopen`) and that batch taken
+  from them (:mod:`astream._dataset.early`), a start that has not joined the node yet
+  waits (:data:`HOLD_S` at most): on two cores the agent's start beside the decode took
+  the interpreter lock from it many times a millisecond, and it woke up first when the
+  decode ended, before the thread waiting for the batch.
 - :meth:`WarmStart.astop` (the dataset's ``close``/``aclose``) and :meth:`WarmStart.stop_soon`
   (the dataset collected unclosed): its client leaves the node, which withdraws what it
   prefetched and nobody else wants; a node agent on a thread of this process then ends
@@ -92,6 +93,8 @@ class WarmStart:
         self._resume_keys: list[str] | None = None  # a loaded state's first shards
         self._gate: Future[None] = Future()  # joining waits while it is not done (see hold)
         self._gate.set_result(None)
+        self._holds = 0
+        self._holding = threading.Lock()
         self._handed: list[str] | None = None  # those the iteration asked for itself
 
     def start(self, keys_at: KeysAt) -> None:
@@ -99,37 +102,31 @@ class WarmStart:
         self._submit(self._start(keys_at))
 
     def hold(self) -> None:
-        """A state is being loaded: what has not joined the node yet waits for :meth:`release`
-        or :meth:`redirect` (at most :data:`HOLD_S`)."""
-        if self._gate.done():
-            self._gate = Future()
+        """Keep what has not joined the node yet from joining it until as many
+        :meth:`release` calls (at most :data:`HOLD_S`); holds count, from any thread."""
+        with self._holding:
+            self._holds += 1
+            if self._gate.done():
+                self._gate = Future()
 
     def release(self) -> None:
-        """End a :meth:`hold` (the state was not loaded)."""
-        _open(self._gate)
+        """End one :meth:`hold`."""
+        with self._holding:
+            self._holds -= 1
+            gate = self._gate if self._holds == 0 else None
+        if gate is not None:
+            _open(gate)
 
     def redirect(self, keys: list[str], after: Sequence[Future[Any]] = ()) -> None:
-        """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's); a hold
-        ends once every future of ``after`` is done (the decodings a first batch is taken from)."""
+        """Prefetch ``keys`` instead of what was prefetched so far (a loaded state's), once
+        every future of ``after`` is done (the decodings a first batch is taken from: held
+        until then)."""
         self._redirected = True  # a start still joining or planning skips the rest
         self._resume_keys = list(keys)
+        for future in after:
+            self.hold()
+            future.add_done_callback(lambda _: self.release())  # (at once if done already)
         self._submit(self._prefetch(keys, overtaken_ok=True), overtaken_ok=True)
-        gate, pending = self._gate, [f for f in after if not f.done()]
-        if not pending:
-            _open(gate)
-            return
-        left = [len(pending)]
-        lock = threading.Lock()
-
-        def one_done(_: Future[Any]) -> None:
-            with lock:
-                left[0] -= 1
-                last = left[0] == 0
-            if last:
-                _open(gate)
-
-        for future in pending:
-            future.add_done_callback(one_done)
 
     async def hand_over(self, node: AsyncNodeClient) -> None:
         """An iteration has begun, its client ``node`` joined: plan and prefetch nothing more

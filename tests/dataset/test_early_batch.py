@@ -355,3 +355,30 @@ def test_async_for_takes_the_early_batch_too(
         loader.close()
         ds.close()
     assert taken == [BATCH, BATCH]
+
+
+_TAKE_ONE_AND_LEAVE = """
+import sys
+from astream import Loader, StreamingDataset
+ds = StreamingDataset(remote=sys.argv[1], local=sys.argv[2], format="parquet", batch_size=50)
+loader = Loader(ds, drop_last=False)
+loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": 2100})
+print(int(next(iter(loader))["id"][0]))
+"""
+
+
+def test_a_program_that_takes_the_first_batch_and_ends_says_nothing_more(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
+    # The iteration joins the node after the early batch: a program that ends right then
+    # (it looked at one batch) ends while the agent starts; nothing is logged for that.
+    import os
+    import subprocess
+    import sys
+
+    root, _ = folder
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(Path(__file__).parents[2]), os.environ.get("PYTHONPATH", "")])}
+    done = subprocess.run([sys.executable, "-c", _TAKE_ONE_AND_LEAVE, str(root), str(tmp_path / "cache")],
+                          capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [str(AT)]
+    assert done.stderr == ""
