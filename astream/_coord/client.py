@@ -30,7 +30,7 @@ from typing import Any
 
 from astream import errors
 from astream._coord.config import CoordConfig
-from astream._coord.launch import start_agent
+from astream._coord.launch import refused_at_exit, start_agent
 from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
 from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
@@ -301,6 +301,10 @@ class AsyncNodeClient(PlanReports, AsyncResource):
             await self._connected()
         except (errors.AstreamError, OSError) as exc:  # the next call raises it again, to its caller
             log.warning("astream: %s could not rejoin the node: %s", self.member, exc)
+        except RuntimeError as exc:
+            if not refused_at_exit(exc):
+                raise
+            log.debug("astream: %s did not rejoin the node, the program is ending: %s", self.member, exc)
 
     async def _arrive(self, op: str, name: str, parties: int | Sequence[str] | None,
                       timeout: float | None, extra: dict[str, Any] | None = None) -> dict[str, Any]:

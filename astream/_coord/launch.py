@@ -29,7 +29,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.provider import ProviderFactory
 from astream.errors import CoordinationError
 
-__all__ = ["agent_main", "new_event_loop", "run_agent", "start_agent"]
+__all__ = ["agent_main", "new_event_loop", "refused_at_exit", "run_agent", "start_agent"]
 
 log = logging.getLogger("astream.coord")
 
@@ -94,7 +94,7 @@ def _start_thread(listener: socket.socket, factory: ProviderFactory, config: Coo
             failure.append(exc)
             # A program that ended while its agent started (it took a batch and left): the
             # interpreter's shutdown refused the agent's threads; nobody waits for it.
-            log.log(logging.DEBUG if _refused_at_exit(exc) else logging.ERROR, "astream agent thread failed",
+            log.log(logging.DEBUG if refused_at_exit(exc) else logging.ERROR, "astream agent thread failed",
                     exc_info=True)
         finally:
             listener.close()
@@ -106,10 +106,11 @@ def _start_thread(listener: socket.socket, factory: ProviderFactory, config: Coo
     return os.getpid()
 
 
-def _refused_at_exit(exc: BaseException) -> bool:
-    """Whether ``exc`` is the refusal of a new thread's work once the interpreter began to
-    exit (``concurrent.futures`` words it so since Python 3.9)."""
-    return isinstance(exc, RuntimeError) and "interpreter shutdown" in str(exc)
+def refused_at_exit(exc: BaseException) -> bool:
+    """Whether ``exc`` is a thread pool's refusal of new work because it was shut down, as
+    the interpreter does when it exits (``concurrent.futures`` words it so since Python
+    3.9, and so does astream's own executor)."""
+    return isinstance(exc, RuntimeError) and "cannot schedule new futures after" in str(exc)
 
 
 def _start_process(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:

@@ -285,7 +285,7 @@ class Loader:
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True,
                           served: ServedFirst | None = None) -> AsyncIterator[AsyncIterator[Any]]:
-        """The epoch's batches; ``served``: its first was handed out already (see _early_batch)."""
+        """The epoch's batches; ``served``: its first was handed out already (see _early_first)."""
         if self._prestart is not None:
             self._prestart.cancel()  # iterating already: the first batch goes first
         self._choose_workers()  # before the epoch begins: the count is the epoch's

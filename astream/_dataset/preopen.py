@@ -1,25 +1,32 @@
-"""A resume's first row groups, read and decoded while the node agent starts.
+"""A resume's first row groups, read and decoded before the node agent is asked for them.
 
-``Loader(); load_state_dict(); next()`` on a fresh machine waits for three things in a
-row: the node agent to start (its thread, loop, engine and cache scan), the row group
-the state points into to be installed, and that row group to be decoded (a few
-milliseconds of pyarrow for a 32k-row group). The first two cannot be skipped: the
-agent owns the cache. The third need not wait for them. At ``load_state_dict``,
-:func:`preopen` reads the row group's ranges from the source file (its footer checked
-first, as the agent's copy checks it) and decodes them, on a thread of its own and on
-one core, while the agent starts and installs the same row group on the other; the
-decoding is offered to this process's open shards (:meth:`OpenShards.offer`).
+``Loader(); load_state_dict(); next()`` on a fresh machine waited for three things in a
+row: the node agent to start (its thread, loop, engine and cache scan), the row group the
+state points into to be installed, and that row group to be decoded (a few milliseconds
+of pyarrow for a 32k-row group). The agent owns the cache, so the install is its job; the
+first batch need not wait for it. At ``load_state_dict``, :func:`preopen` reads the row
+group's ranges from the source (its footer checked first, as the agent's transfer checks
+it) and decodes them in the background; the decoding is offered to this process's open
+shards (:meth:`OpenShards.offer`). The resume's first batch is taken from it in the
+iterating thread (:mod:`astream._dataset.early`), while the node's start waits for it
+(:meth:`~astream._dataset.warmup.WarmStart.hold`), and the reader takes the following
+batches of the same row group from it too.
 
-How it stays exact: the reader takes an offered row group only where it would open the
-installed file, that is once the agent installed the shard, and only if that file holds
-exactly the bytes it was decoded from (their xxh3 digests agree); otherwise the offer is
-dropped and the installed file decoded, as without it. Nothing here writes to the cache.
+How it stays exact: what is served from a decoding is checked against the installed
+file once the agent installed it (their xxh3 digests must agree; a difference stops the
+iteration with :class:`~astream.errors.ServedSamplesError`). A reader that opens the
+installed file takes an offered decoding only if that file holds exactly its bytes;
+otherwise the offer is dropped and the installed file decoded. Nothing here writes to the
+cache.
 
-Where it applies: Parquet row groups of a stream whose remote is a local folder (reading
-the same bytes twice costs a page-cache copy there; over a network it would take link
-bandwidth from the agent's own transfer), not in the cache yet, the first ones read up to
-:data:`PREOPEN_BYTES` in all (a shuffled first batch may read many). It is a hint: a
-failure is logged at debug level and the reader decodes the installed file.
+Where it applies: Parquet row groups not in the cache yet, the first ones read, up to
+:data:`PREOPEN_BYTES` in all from a local folder (on a thread of its own: reading the same
+bytes twice costs a page-cache copy) and :data:`PREOPEN_NETWORK_BYTES` from other remotes
+(fetched on astream's loop thread with one attempt, decoded on an executor thread). Over a
+network the agent's transfer fetches those bytes again: the budget bounds that (4 MB is
+0.4 s of a 10 MB/s link), and a larger row group is left to the agent. A shuffled first
+batch may read many row groups: the rest are the agent's. It is a hint: a failure is
+logged at debug level and the reader decodes the installed file.
 """
 
 from __future__ import annotations
@@ -56,7 +63,7 @@ log = logging.getLogger("astream.dataset")
 # Bytes of row groups decoded ahead of their install at most, in all (their cached bytes).
 PREOPEN_BYTES = 64 << 20
 # The same over a network, where they are fetched twice (here, and by the node's transfer).
-PREOPEN_NETWORK_BYTES = 16 << 20
+PREOPEN_NETWORK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)

@@ -365,7 +365,7 @@ class EpochReader(AsyncResource):
         bytes with that xxh3-64) against its installed file, through its first lease."""
         for shard, digest in digests.items():
             leases = np.flatnonzero((self._lease_shard == shard) & (self._lease_start < stop))
-            assert len(leases), f"shard {shard} was served before position {stop} but is read after it"
+            assert len(leases), f"shard {shard} holds none of the positions before {stop}"
             self._check_decoded(int(leases[0]), shard, digest)
 
     def _check_decoded(self, lease: int, shard: int, digest: int) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import atexit
 import os
 import threading
+from collections.abc import Callable
 
 from astream._storage.loop import LoopThread
 
@@ -31,10 +32,28 @@ def portal() -> LoopThread:
         return _portal
 
 
-@atexit.register
 def _close_portal() -> None:
     global _portal
     with _lock:
         if _portal is not None and _pid == os.getpid():
             _portal.close()
         _portal = None
+
+
+def _at_exit(fn: Callable[[], None]) -> None:
+    """Run ``fn`` as the interpreter exits, before its thread pools stop taking work where
+    Python allows it: astream's loop then closes (its iterations cancelled, its clients
+    gone) before an executor refuses a transfer or an agent's start half-way (work a
+    program that took a batch and ended left going)."""
+    register = getattr(threading, "_register_atexit", None)  # (what concurrent.futures uses, 3.9+)
+    if register is None:  # pragma: no cover - another Python
+        atexit.register(fn)
+        return
+    # Imported first, so its hook (which stops the pools) is registered before this one and
+    # runs after it (the hooks run last registered first).
+    import concurrent.futures.thread  # noqa: F401
+
+    register(fn)
+
+
+_at_exit(_close_portal)

@@ -34,9 +34,8 @@ raised before, and nothing more.
   for then, on the iteration's client: ``Loader(); load_state_dict(); next()`` in a row
   is a resume, where the iteration's client joins before this start's (it connects while
   the agent starts), and the barrier and the reader's set-up come before the reader's own
-  request; the transfer overlaps them instead. (Opening the row group ahead on a thread
-  was tried too: on two loaded cores its decode then fights the loop's set-up for the GIL
-  and the first batch came later.)
+  request; the transfer overlaps them instead. (Where the first batch's row groups are
+  decoded ahead, that batch is taken before the iteration joins: astream._dataset.early.)
 - It belongs to the process that made it. A dataset pickled into a worker has none (the
   worker's iteration asks for its own shards), and in a forked child it does nothing: the
   loop it ran on does not exist there.

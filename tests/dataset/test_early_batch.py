@@ -10,8 +10,10 @@ after the first with an iteration that never took an early batch.
 from __future__ import annotations
 
 import asyncio
+import shutil
 import threading
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +26,9 @@ from astream._coord.agent import Agent
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset import early as early_module
+from astream.cli import main as cli
 from astream.errors import ServedSamplesError, StateError
+from astream.testing import Fault, LoopbackServer, moto_s3
 
 # Row group 2 of file 0 holds samples 2000-2399: a resume at 2100 reads it first.
 AT = 2100
@@ -60,7 +64,7 @@ def _taken_early(monkeypatch: pytest.MonkeyPatch) -> list[int]:
     return taken
 
 
-def _resumed(root: Path, cache: Path, state_at: int = AT, **kwargs: Any) -> tuple[StreamingDataset, Loader]:
+def _resumed(root: Path | str, cache: Path, state_at: int = AT, **kwargs: Any) -> tuple[StreamingDataset, Loader]:
     ds = StreamingDataset(remote=str(root), local=str(cache), format="parquet", batch_size=BATCH, **kwargs)
     loader = Loader(ds, drop_last=False)
     loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": state_at})
@@ -382,3 +386,91 @@ def test_a_program_that_takes_the_first_batch_and_ends_says_nothing_more(
     assert done.returncode == 0, done.stderr
     assert done.stdout.split() == [str(AT)]
     assert done.stderr == ""
+
+
+@pytest.fixture(scope="module")
+def served(folder: tuple[Path, dict[int, dict[str, Any]]],
+           tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LoopbackServer, Path]]:
+    """The folder with its written index, behind a loopback HTTP server (it cannot list)."""
+    root = tmp_path_factory.mktemp("parquet-served")
+    for path in folder[0].glob("*.parquet"):
+        shutil.copy(path, root / path.name)
+    assert cli(["-q", "index", str(root)]) == 0
+    with LoopbackServer(str(root)) as server:
+        yield server, root
+
+
+def _ranged(server: LoopbackServer, name: str) -> list[str]:
+    return [r.range or "" for r in server.log if r.method == "GET" and r.path == name and r.range]
+
+
+@pytest.mark.parametrize("budget", [None, 1])
+def test_over_http_the_first_row_group_is_read_ahead_within_its_budget(
+        folder: tuple[Path, dict[int, dict[str, Any]]], served: tuple[LoopbackServer, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch, budget: int | None) -> None:
+    # Over a network the resume's row group is fetched by range here too (its footer and its
+    # column chunks, as the node's transfer fetches them: twice in all), up to its budget.
+    from astream._dataset import preopen
+
+    _, truth = folder
+    server, _ = served
+    if budget is not None:
+        monkeypatch.setattr(preopen, "PREOPEN_NETWORK_BYTES", budget)
+    taken = _taken_early(monkeypatch)
+    server.clear()
+    ds, loader = _resumed(server.url, tmp_path / "cache")
+    try:
+        assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
+    finally:
+        loader.close()
+        ds.close()
+    reads = _ranged(server, "part-00.parquet")
+    chunks = [r for r in reads if reads.count(r) > 1]
+    if budget is None:
+        assert taken == [BATCH]
+        assert len(chunks) >= 4  # the footer and the chunks of row group 2, twice
+    else:
+        assert taken == []
+        assert not chunks  # every range once: the node's transfer alone
+
+
+def test_over_http_a_failed_read_ahead_falls_back_to_the_nodes_transfer(
+        folder: tuple[Path, dict[int, dict[str, Any]]], served: tuple[LoopbackServer, Path], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    # The read ahead makes one attempt (a hint): a ranged read that fails leaves the first
+    # batch to the iteration, whose transfer retries; no error, every row once.
+    _, truth = folder
+    server, _ = served
+    taken = _taken_early(monkeypatch)
+    server.clear()
+    server.add(Fault("status", match="part-00.parquet", times=1, status=503, ranged=True))
+    try:
+        ds, loader = _resumed(server.url, tmp_path / "cache")
+        try:
+            assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
+        finally:
+            loader.close()
+            ds.close()
+    finally:
+        server.clear()
+    assert taken == []
+
+
+def test_over_s3_the_first_batch_is_taken_early_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    pytest.importorskip("moto.server", reason="moto[server] is not installed")
+    src, truth = folder
+    taken = _taken_early(monkeypatch)
+    with moto_s3("early-bucket") as client:
+        for path in sorted(src.glob("*.parquet")):
+            client.put_object(Bucket="early-bucket", Key=f"pq/{path.name}", Body=path.read_bytes())
+        ds = StreamingDataset(remote="s3://early-bucket/pq", local=str(tmp_path / "cache"), format="parquet",
+                              batch_size=BATCH)
+        loader = Loader(ds, drop_last=False)
+        try:
+            loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": AT})
+            assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
+        finally:
+            loader.close()
+            ds.close()
+    assert taken == [BATCH]
