@@ -475,7 +475,8 @@ class EpochReader(AsyncResource):
             return peeked[shard]
         return self._shards.get(shard, self._paths[shard])
 
-    def _read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None) -> dict[str, Any]:
+    def _read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None,
+                    k: int | None = None) -> dict[str, Any]:
         done = self._ahead
         if done is not None:
             if not peeked and done.covers(a, b):
@@ -484,7 +485,8 @@ class EpochReader(AsyncResource):
         shards = self._shard[a:b]
         offsets = self._offset[a:b]
         bounds = self.order.bounds
-        k = int(np.searchsorted(bounds, a, side="right")) - 1
+        if k is None:
+            k = int(np.searchsorted(bounds, a, side="right")) - 1
         whole = 0 <= k < len(bounds) - 1 and bounds[k] == a and bounds[k + 1] == b  # one of the plan's batches
         if shards[0] == shards[-1] and (shards == shards[0]).all():
             shard = int(shards[0])
@@ -616,7 +618,7 @@ class EpochReader(AsyncResource):
 
         return await asyncio.get_running_loop().run_in_executor(None, steps.run, ids, lookup)
 
-    async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any) -> Any:
+    async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any, k: int | None = None) -> Any:
         if self._steps is not None:
             with STAGES.timed("transform"):  # the steps read each sample and transform it
                 samples = await self._samples(a, b, peeked)
@@ -624,7 +626,7 @@ class EpochReader(AsyncResource):
         elif collate is not None:
             batch = STAGES.call("collate", collate, STAGES.call("read", self._read_each, a, b, peeked))
         else:
-            batch = STAGES.call("read", self._read_batch, a, b, peeked)
+            batch = STAGES.call("read", self._read_batch, a, b, peeked, k)
         if self._batch_transform is not None:
             with STAGES.timed("transform"):
                 batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
@@ -662,7 +664,7 @@ class EpochReader(AsyncResource):
         await self._start()
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = await self._batch(a, b, await self._fetch(a, b), collate)
+            batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
             if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._advance(b)
