@@ -211,24 +211,30 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
         folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The warm start joins the node (starting its agent) only once the resume's row group is
     # decoded: on two cores the agent's start beside the decode slowed it down. A decode made
-    # slow shows the order; the hold lasts HOLD_S at most.
+    # slow shows the order; the hold lasts HOLD_S at most (then the agent starts while the
+    # decode waits for it).
     from astream._dataset import warmup
     from astream._format.parquet import reader as parquet_reader
 
     root, truth = folder
-    events: list[tuple[str, float]] = []
+    events: list[str] = []
+    agent_started = threading.Event()
     init = parquet_reader.RowGroupReader.__init__
 
     def slow(self: Any, path: str, *args: Any, **kwargs: Any) -> None:
         if "read ahead of its install" in path:
-            time.sleep(0.3)
-            events.append(("decoded", time.monotonic()))
+            if warmup.HOLD_S < 1:
+                agent_started.wait(30)  # (the hold must end without the decode)
+            else:
+                time.sleep(0.3)
+            events.append("decoded")
         init(self, path, *args, **kwargs)
 
     serve = Agent.serve
 
     async def noted(self: Agent, *args: Any, **kwargs: Any) -> None:
-        events.append(("agent", time.monotonic()))
+        events.append("agent")
+        agent_started.set()
         await serve(self, *args, **kwargs)
 
     monkeypatch.setattr(parquet_reader.RowGroupReader, "__init__", slow)
@@ -236,12 +242,13 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
     for hold, cache, want in ((warmup.HOLD_S, "a", ["decoded", "agent"]), (0.05, "b", ["agent", "decoded"])):
         monkeypatch.setattr(warmup, "HOLD_S", hold)
         events.clear()
+        agent_started.clear()
         ds, loader = _resumed(root, tmp_path / cache)
         try:
             deadline = time.monotonic() + 30
             while len(events) < 2 and time.monotonic() < deadline:
                 time.sleep(0.01)
-            assert [name for name, _ in events] == want, hold
+            assert events == want, hold
             assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
         finally:
             loader.close()
@@ -249,13 +256,25 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
 
 
 def test_ranks_of_a_node_that_loaded_different_states_are_refused(
-        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path) -> None:
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # Two ranks of one node, one resuming epoch 0 and the other epoch 1 (a mistake): the
     # node begins one epoch, so one of them handed out a first batch of an epoch it does not
-    # run: that rank's iteration is refused, naming the two epochs.
+    # run: that rank's iteration is refused, naming the two epochs. (The node's agent starts
+    # once both ranks have their first batch: neither row group is installed before its
+    # rank's read-ahead looked, so both take theirs early.)
     root, truth = folder
     coord = CoordConfig(agent_mode="thread", agent_linger=0, connect_timeout=30)
     outcome: dict[int, BaseException | list[int]] = {}
+    both_taken = threading.Barrier(2, timeout=60)
+    may_start = threading.Event()
+    serve = Agent.serve
+
+    async def held(self: Agent, *args: Any, **kwargs: Any) -> None:
+        await asyncio.get_running_loop().run_in_executor(None, may_start.wait, 30)
+        await serve(self, *args, **kwargs)
+
+    monkeypatch.setattr(Agent, "serve", held)
+    taken = _taken_early(monkeypatch)
 
     def rank(r: int) -> None:
         world = World(rank=r, world_size=2, local_rank=r, ranks_per_node=2)
@@ -264,7 +283,11 @@ def test_ranks_of_a_node_that_loaded_different_states_are_refused(
         try:
             loader = Loader(ds, drop_last=False)
             loader.load_state_dict({**loader.state_dict(), "epoch": r, "sample_in_epoch": AT})
-            outcome[r] = [i for batch in loader for i in _ids(batch, truth)]
+            batches = iter(loader)
+            seen = _ids(next(batches), truth)
+            if both_taken.wait() == 0:
+                may_start.set()
+            outcome[r] = seen + [i for batch in batches for i in _ids(batch, truth)]
             loader.close()
         except BaseException as exc:
             outcome[r] = exc
@@ -272,10 +295,14 @@ def test_ranks_of_a_node_that_loaded_different_states_are_refused(
             ds.close()
 
     threads = [threading.Thread(target=rank, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(120)
+    try:
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(120)
+    finally:
+        may_start.set()
+    assert taken == [BATCH, BATCH]
     refused = [r for r, got in outcome.items() if isinstance(got, StateError)]
     assert len(outcome) == 2
     assert len(refused) == 1, outcome
