@@ -7,17 +7,20 @@ Without this module it still waited for the node: the agent's start, the iterati
 hello, the epoch's barrier and the reader's set-up, about half of a resume's time on two
 cores, where every one of those steps takes the interpreter lock from the decode.
 
-:func:`early_first_batch` takes the batch in the iterating thread, as soon as the
-decodings are done; the iteration (joining the node, the barrier, the reader) starts
-after it, while the caller trains on it, and is told to skip that batch and to check what
-it was made of (:meth:`~astream._dataset.reader.EpochReader.batches`, ``served_first``).
+:func:`early_first_batch` names the batch and the decodings it needs;
+:meth:`EarlyFirst.take` (or :meth:`EarlyFirst.atake` on a loop) takes it in the iterating
+thread as soon as they are done, the node's start held meanwhile. The iteration (joining
+the node, the barrier, the reader) starts after it, while the caller trains on it, and is
+told to skip that batch and to check what it was made of
+(:meth:`~astream._dataset.reader.EpochReader.batches`, ``served_first``).
 
 How it stays exact:
 
 - the batch is batch 0 of the same :func:`~astream._sampling.order.worker_batches` the
-  iteration's reader then reads (:func:`~astream._sampling.order.first_batch` computes
-  only that batch, where the plan allows it) (the plan of the loaded state's epoch and sample), read
-  by the reader's own function (:func:`~astream._dataset.reader.read_positions`);
+  iteration's reader then reads, from the plan of the loaded state's epoch and sample
+  (:func:`~astream._sampling.order.first_batch` computes only that batch where the plan
+  allows it), read by the reader's own function
+  (:func:`~astream._dataset.reader.read_positions`);
 - every row group it was read from is checked against the file the agent installs (the
   xxh3 of the bytes decoded): a difference raises
   :class:`~astream.errors.ServedSamplesError` at a later batch, as for every sample
@@ -26,9 +29,9 @@ How it stays exact:
   loaded different states), the iteration raises :class:`~astream.errors.StateError`
   instead of going on after a batch that was not its first.
 
-Where it applies: a loaded state not begun yet, every shard of the first batch offered by
-:func:`~astream._dataset.preopen.preopen` (Parquet row groups of a local-folder remote,
-with an unbounded cache), no per-sample steps (``transform``, a subclass's
+Where it applies: a loaded state not begun yet, an unbounded cache, every shard of the
+first batch offered by :func:`~astream._dataset.preopen.preopen` (Parquet row groups within
+its budgets), no loader workers, no per-sample steps (``transform``, a subclass's
 ``__getitem__``) and no ``collate_fn``: those read sample by sample, through the
 iteration. Otherwise, or if a decoding failed, the iteration reads the first batch itself,
 as before.

@@ -71,12 +71,19 @@ def _resumed(root: Path | str, cache: Path, state_at: int = AT, **kwargs: Any) -
     return ds, loader
 
 
-def test_the_first_batch_comes_while_the_node_agent_cannot_start_exact(
-        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    # The agent's start is held until the test has the first batch in hand: had the batch
-    # needed the node, next() would wait for the agent (and the agent for the test).
-    root, truth = folder
-    taken = _taken_early(monkeypatch)
+def _rest(root: Path | str, cache: Path, truth: dict[int, dict[str, Any]], state_at: int = AT) -> list[int]:
+    """Every row a loader resumed at ``state_at`` reads (checked against pyarrow's), in order."""
+    ds, loader = _resumed(root, cache, state_at)
+    try:
+        return [i for batch in loader for i in _ids(batch, truth)]
+    finally:
+        loader.close()
+        ds.close()
+
+
+def _agents_held(monkeypatch: pytest.MonkeyPatch) -> tuple[threading.Event, threading.Event]:
+    """Node agents (on this process's threads) start serving once the first event is set
+    (30 s at most); the second is set when one does."""
     may_start, serving = threading.Event(), threading.Event()
     serve = Agent.serve
 
@@ -86,6 +93,16 @@ def test_the_first_batch_comes_while_the_node_agent_cannot_start_exact(
         await serve(self, *args, **kwargs)
 
     monkeypatch.setattr(Agent, "serve", held)
+    return may_start, serving
+
+
+def test_the_first_batch_comes_while_the_node_agent_cannot_start_exact(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # The agent's start is held until the test has the first batch in hand: had the batch
+    # needed the node, next() would wait for the agent (and the agent for the test).
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    may_start, serving = _agents_held(monkeypatch)
     ds, loader = _resumed(root, tmp_path / "cache")
     try:
         batches = iter(loader)
@@ -143,13 +160,7 @@ def test_a_first_batch_across_row_groups_and_files_is_one_batch_exact(
     taken = _taken_early(monkeypatch)
     ids = sorted(truth)
     at = sum(data.GROUPS) - 10
-    ds, loader = _resumed(root, tmp_path / "cache", state_at=at)
-    try:
-        seen = [i for batch in loader for i in _ids(batch, truth)]
-    finally:
-        loader.close()
-        ds.close()
-    assert seen == ids[at:]
+    assert _rest(root, tmp_path / "cache", truth, state_at=at) == ids[at:]
     assert taken == [BATCH]
 
 
@@ -266,14 +277,7 @@ def test_ranks_of_a_node_that_loaded_different_states_are_refused(
     coord = CoordConfig(agent_mode="thread", agent_linger=0, connect_timeout=30)
     outcome: dict[int, BaseException | list[int]] = {}
     both_taken = threading.Barrier(2, timeout=60)
-    may_start = threading.Event()
-    serve = Agent.serve
-
-    async def held(self: Agent, *args: Any, **kwargs: Any) -> None:
-        await asyncio.get_running_loop().run_in_executor(None, may_start.wait, 30)
-        await serve(self, *args, **kwargs)
-
-    monkeypatch.setattr(Agent, "serve", held)
+    may_start, _ = _agents_held(monkeypatch)
     taken = _taken_early(monkeypatch)
 
     def rank(r: int) -> None:
@@ -445,12 +449,7 @@ def test_over_http_the_first_row_group_is_read_ahead_within_its_budget(
         monkeypatch.setattr(preopen, "PREOPEN_NETWORK_BYTES", budget)
     taken = _taken_early(monkeypatch)
     server.clear()
-    ds, loader = _resumed(server.url, tmp_path / "cache")
-    try:
-        assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
-    finally:
-        loader.close()
-        ds.close()
+    assert _rest(server.url, tmp_path / "cache", truth) == sorted(truth)[AT:]
     reads = _ranged(server, "part-00.parquet")
     chunks = [r for r in reads if reads.count(r) > 1]
     if budget is None:
@@ -472,12 +471,7 @@ def test_over_http_a_failed_read_ahead_falls_back_to_the_nodes_transfer(
     server.clear()
     server.add(Fault("status", match="part-00.parquet", times=1, status=503, ranged=True))
     try:
-        ds, loader = _resumed(server.url, tmp_path / "cache")
-        try:
-            assert [i for batch in loader for i in _ids(batch, truth)] == sorted(truth)[AT:]
-        finally:
-            loader.close()
-            ds.close()
+        assert _rest(server.url, tmp_path / "cache", truth) == sorted(truth)[AT:]
     finally:
         server.clear()
     assert taken == []
