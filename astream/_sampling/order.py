@@ -96,8 +96,11 @@ def first_batch(plan: EpochPlan, node: int, local_rank: int, worker: int, *, dro
     what they need where the plan allows it (:meth:`EpochPlan.worker_head`): a resume's
     first batch is wanted before the rest of its epoch."""
     memo = plan.__dict__.get("_last_worker_batches")
-    if memo is not None and memo[0] == (node, local_rank, worker, drop_last):
-        order: WorkerBatches = memo[1]
+    if (memo is not None and memo[0] == (node, local_rank, worker, drop_last)) or plan.shuffle \
+            or plan.batching_method != "random":
+        # Kept, or the whole order is needed anyway (a shuffle's parts depend on every
+        # position the worker uses): computed once, and kept for the reader.
+        order = worker_batches(plan, node, local_rank, worker, drop_last=drop_last)
         return order.batch(0) if order.num_batches else order.ids[:0]
     head = plan.worker_head(node, local_rank, worker, plan.batch_size)
     return head[:0] if drop_last and len(head) < plan.batch_size else head
