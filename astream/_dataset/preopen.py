@@ -35,7 +35,6 @@ import asyncio
 import logging
 import os
 import threading
-from collections.abc import Callable
 from concurrent.futures import Future
 from dataclasses import dataclass
 
@@ -78,18 +77,17 @@ class _Job:
     remote: RemoteConfig | None  # None: a local folder
 
 
-def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards, *,
-            network: bool = True) -> list[Future[Decoded]]:
+def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> list[Future[Decoded]]:
     """Offer ``shards`` the row groups among ``keys`` (shard keys, in the order they are read)
     that apply, the first ones up to :data:`PREOPEN_BYTES` (local folders) and
-    :data:`PREOPEN_NETWORK_BYTES` (other remotes; none if not ``network``), read and decoded
+    :data:`PREOPEN_NETWORK_BYTES` (other remotes), read and decoded
     one after the other in the background; returns the decodings offered, at once. Offers
     of an earlier call are withdrawn (a state loaded again points elsewhere)."""
     shards.withdraw_offers()
     firsts = _first_global_shards(smap)
     local: list[_Job] = []
     remote: list[_Job] = []
-    budget = {True: PREOPEN_BYTES, False: PREOPEN_NETWORK_BYTES if network else 0}
+    budget = {True: PREOPEN_BYTES, False: PREOPEN_NETWORK_BYTES}
     for key in keys:
         stream, index = parse_key(key)
         s = streams[stream]
@@ -122,7 +120,7 @@ def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shard
 
 def _read_all(jobs: list[_Job]) -> None:
     for job in jobs:  # in the order they are read
-        _run(job, _read_local)
+        _run(job)
 
 
 def _read_local(job: _Job) -> Decoded:
@@ -136,13 +134,13 @@ def _read_local(job: _Job) -> Decoded:
     return _decode(job, collect.getvalue())
 
 
-def _run(job: _Job, read: Callable[[_Job], Decoded]) -> None:
+def _run(job: _Job) -> None:
     if not job.decoded.set_running_or_notify_cancel():
         return
     try:
         if os.path.exists(job.cached):
             raise FileExistsError(f"{job.cached} is installed already")  # (the reader opens it at once)
-        job.decoded.set_result(read(job))
+        job.decoded.set_result(_read_local(job))
     except BaseException as exc:
         _failed(job, exc)
 

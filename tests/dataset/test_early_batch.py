@@ -495,3 +495,29 @@ def test_over_s3_the_first_batch_is_taken_early_exact(
             loader.close()
             ds.close()
     assert taken == [BATCH]
+
+
+@pytest.mark.parametrize("how", ["workers", "cache_limit"])
+def test_a_resume_with_workers_or_a_small_cache_reads_its_first_batch_through_the_iteration(
+        folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+        how: str) -> None:
+    # Loader workers read their own batches, and a bounded cache pins one batch at a time:
+    # neither takes an early batch; each resumes exactly where the state points.
+    root, truth = folder
+    taken = _taken_early(monkeypatch)
+    extra: dict[str, Any] = {"cache_limit": "2mb"} if how == "cache_limit" else {}
+    ds = StreamingDataset(remote=str(root), local=str(tmp_path / "cache"), format="parquet", batch_size=BATCH,
+                          **extra)
+    loader = Loader(ds, drop_last=False, num_workers=2 if how == "workers" else 0,
+                    worker_mode="thread" if how == "workers" else "process")
+    try:
+        loader.load_state_dict({**loader.state_dict(), "sample_in_epoch": AT})
+        seen = [i for batch in loader for i in _ids(batch, truth)]
+    finally:
+        loader.close()
+        ds.close()
+    if how == "workers":
+        assert sorted(seen) == sorted(truth)[AT:]  # (two workers' batches, merged round-robin)
+    else:
+        assert seen == sorted(truth)[AT:]
+    assert taken == []
