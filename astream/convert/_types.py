@@ -169,7 +169,7 @@ def _rows_of_lists(pa: Any, array: Any, dtype: np.dtype[Any], shape: tuple[int, 
         raise ValueError("a value inside the lists is null")
     leaf = current.to_numpy(zero_copy_only=False)
     if leaf.dtype != dtype:
-        leaf = leaf.astype(dtype)
+        leaf = _checked_cast(leaf, dtype, levels)
     n = len(array)
     if len(fixed) == len(levels) and n:
         # Every level fixed: the rows are one block, each a view of it.
@@ -194,6 +194,47 @@ def _rows_of_lists(pa: Any, array: Any, dtype: np.dtype[Any], shape: tuple[int, 
             value = value.reshape(shape)
         rows.append(value)
     return rows
+
+
+def _checked_cast(leaf: np.ndarray, dtype: np.dtype[Any], levels: list[np.ndarray]) -> np.ndarray:
+    """``leaf`` as ``dtype``, refusing what the scalar encoders refuse: a non-integer into an
+    integer dtype, an integer out of its range, a finite number that overflows to inf.
+
+    Only the values the rows hold are checked (a sliced batch shares its child's buffer).
+    """
+    lo, hi = int(levels[0][0]), int(levels[0][-1])
+    for offsets in levels[1:]:
+        lo, hi = int(offsets[lo]), int(offsets[hi])
+    held = leaf[lo:hi]
+    bad: np.ndarray | None = None
+    why = ""
+    if dtype.kind in "iu":
+        if leaf.dtype.kind not in "biu":
+            raise ValueError(f"{dtype} holds integers, and the lists hold {leaf.dtype} values")
+        info = np.iinfo(dtype)
+        if held.size and leaf.dtype.kind != "b":
+            bad = np.flatnonzero((held < info.min) | (held > info.max))
+            why = f"{dtype} holds {info.min}..{info.max}"
+    with np.errstate(over="ignore", invalid="ignore"):
+        out = leaf.astype(dtype)
+    if dtype.kind == "f" and held.size:
+        bad = np.flatnonzero(np.isinf(out[lo:hi]) & np.isfinite(held.astype(np.float64)))
+        why = f"{dtype} cannot hold it (it overflows to inf)"
+    if bad is not None and bad.size:
+        position = lo + int(bad[0])
+        row = position
+        for offsets in reversed(levels):
+            row = int(np.searchsorted(offsets, row, side="right")) - 1
+        raise _RowError(row, f"it holds {leaf[position].item()!r}, and {why}")
+    return out
+
+
+class _RowError(ValueError):
+    """A value of row ``row`` that its column's encoding cannot hold."""
+
+    def __init__(self, row: int, message: str) -> None:
+        super().__init__(message)
+        self.row = row
 
 
 def _column_values(pa: Any, array: Any, encoding: str) -> list[Any]:
@@ -268,7 +309,8 @@ def batch_samples(batch: Any, columns: Mapping[str, str], where: Callable[[int],
         try:
             values.append(_column_values(pa, array, encoding))
         except (ValueError, TypeError) as exc:
-            raise SampleError(f"{where(0)}: column {name!r} ({array.type}) cannot be written as {encoding}: {exc}") from exc
+            culprit = exc.row if isinstance(exc, _RowError) else 0
+            raise SampleError(f"{where(culprit)}: column {name!r} ({array.type}) cannot be written as {encoding}: {exc}") from exc
     names = list(columns)
     for row in zip(*values, strict=True):
         yield dict(zip(names, row, strict=True))
