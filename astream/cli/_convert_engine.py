@@ -133,9 +133,8 @@ def run_engine(args: argparse.Namespace) -> int:
     workers = args.workers or max(1, min(os.cpu_count() or 1, 8))
     _check_out(args.out, args.overwrite)
     out = local_path_of(args.out) if is_local(args.out) else args.out
-    writer: dict[str, Any] = {"size_limit": args.size_limit}
-    if args.compression:
-        writer["compression"] = args.compression
+    # compression always named: dataframe_to_mds would otherwise take MosaicML's zstd default.
+    writer: dict[str, Any] = {"size_limit": args.size_limit, "compression": args.compression or None}
     hashes = [h.strip() for h in (args.hashes or "").split(",") if h.strip()]
     if hashes:
         writer["hashes"] = hashes

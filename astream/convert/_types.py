@@ -15,7 +15,7 @@ date32, date64                                   ``int64``: days since 1970-01-0
 timestamp (any unit, any zone)                   ``int64``: nanoseconds since 1970-01-01 UTC
 fixed_size_list of fixed_size_list ... numbers   ``ndarray:DTYPE:D0,D1,...`` (the fixed shape)
 list / large_list (nested too) of numbers        ``ndarray:DTYPE`` (each row keeps its shape)
-struct, map, list of text or structs             ``json``
+struct, map, list of text or structs             ``json`` (of JSON values only: no binary, decimal, date, time)
 ===============================================  ==========================================
 
 MDS has no nulls: a null raises :class:`SampleError` naming the column and row, except in a
@@ -35,12 +35,13 @@ from astream._format.encodings import get_encoding
 from astream._format.encodings.ndarray import DTYPE_CODES
 from astream.errors import ConfigError, EncodingError, MissingExtraError, SampleError
 
-__all__ = ["TYPE_TABLE", "arrow_columns", "batch_samples", "pyarrow"]
+__all__ = ["TYPE_TABLE", "arrow_columns", "batch_samples", "json_compatible", "pyarrow"]
 
 TYPE_TABLE = (
     "bool, int8..uint64, float16/32/64, string, binary, decimal, date32/64, timestamp, "
     "(fixed_size_)list of numbers nested to any depth, struct, map, list of strings"
 )
+_JSON_HINT = ", and JSON has no binary, decimal, date or time values"
 _IMAGE_ENCODINGS = ("pil", "jpeg", "png", "jpeg_array", "jpegarray")
 _NS_PER_UNIT = {"s": 1_000_000_000, "ms": 1_000_000, "us": 1_000, "ns": 1}
 
@@ -95,11 +96,29 @@ def infer_encoding(pa: Any, kind: Any) -> str | None:
                 return f"ndarray:{name}:{','.join(str(d) for d in dims)}"
             return f"ndarray:{name}"
         if name is None and (types.is_string(leaf) or types.is_large_string(leaf) or types.is_struct(leaf)):
-            return "json"
+            return "json" if json_compatible(pa, kind) else None
         return None
     if types.is_struct(kind) or types.is_map(kind):
-        return "json"
+        return "json" if json_compatible(pa, kind) else None
     return None
+
+
+def json_compatible(pa: Any, kind: Any) -> bool:
+    """Whether every value of an Arrow type is JSON-serialisable as ``to_pylist`` gives it
+    (binary, decimals, dates and times come out as bytes, Decimal and datetime objects)."""
+    types = pa.types
+    if types.is_dictionary(kind):
+        return json_compatible(pa, kind.value_type)
+    if (types.is_null(kind) or types.is_boolean(kind) or types.is_integer(kind) or types.is_floating(kind)
+            or types.is_string(kind) or types.is_large_string(kind)):
+        return True
+    if _is_list(pa, kind):
+        return json_compatible(pa, kind.value_type)
+    if types.is_map(kind):
+        return json_compatible(pa, kind.key_type) and json_compatible(pa, kind.item_type)
+    if types.is_struct(kind):
+        return all(json_compatible(pa, kind.field(i).type) for i in range(kind.num_fields))
+    return False
 
 
 def arrow_columns(schema: Any, columns: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -130,12 +149,17 @@ def arrow_columns(schema: Any, columns: Mapping[str, str] | None = None) -> dict
                 get_encoding(given)
             except EncodingError as exc:
                 raise ConfigError(f"column {field.name!r}: {exc}") from exc
+            if given == "json" and not json_compatible(pa, field.type):
+                raise ConfigError(f"column {field.name!r} has Arrow type {field.type}, whose values are not all "
+                                  f"JSON-serialisable{_JSON_HINT}; cast it, or give it another encoding (pkl)")
             out[field.name] = given
             continue
         encoding = infer_encoding(pa, field.type)
         if encoding is None:
+            nested = _is_list(pa, field.type) or pa.types.is_struct(field.type) or pa.types.is_map(field.type)
             raise ConfigError(
-                f"column {field.name!r} has Arrow type {field.type}, which MDS cannot store; "
+                f"column {field.name!r} has Arrow type {field.type}, which MDS cannot store"
+                f"{' (a struct, map or list of text is stored as json' + _JSON_HINT + ')' if nested else ''}; "
                 f"the types it can take are {TYPE_TABLE}. Cast it, drop it, or give its encoding in columns="
             )
         out[field.name] = encoding

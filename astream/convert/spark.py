@@ -76,7 +76,7 @@ def dataframe_to_mds(
     mds_kwargs: Mapping[str, Any] | None = None,
     udf_iterable: Callable[..., Iterable[Mapping[str, Any]]] | None = None,
     udf_kwargs: Mapping[str, Any] | None = None,
-) -> tuple[Any, int]:
+) -> tuple[str, str]:
     """Convert a Spark DataFrame to one MDS dataset, a part per partition.
 
     Args:
@@ -85,14 +85,15 @@ def dataframe_to_mds(
             indexes; :func:`astream.convert.merge_index` merges them later).
         mds_kwargs: ``out`` (a folder, a URL, or a ``(local, remote)`` pair), ``columns``
             (inferred from the DataFrame's schema when omitted), ``keep_local``,
-            ``compression``, ``hashes``, ``size_limit``.
+            ``compression`` (``"zstd"`` when the key is absent, as MosaicML defaults it;
+            ``None`` writes uncompressed shards), ``hashes``, ``size_limit``.
         udf_iterable: ``udf(pandas_frame, **udf_kwargs)`` yielding the sample dicts of each
             chunk of a partition (``columns`` is then required).
         udf_kwargs: keyword arguments of ``udf_iterable``.
 
     Returns:
-        ``(mds_path, fail_count)`` as MosaicML returns them: ``(local, remote)`` with
-        ``""`` for a missing side, and 0 (a failing sample fails the job instead).
+        ``mds_path`` as MosaicML returns it: ``(local, remote)``, ``""`` for a missing side
+        (``(out, "")`` for a local ``out``). A failing sample fails the job.
 
     Raises:
         ConfigError: bad ``mds_kwargs`` or a column type MDS cannot store (before any task).
@@ -102,13 +103,20 @@ def dataframe_to_mds(
     if dataframe is None:
         raise ConfigError("dataframe_to_mds: the dataframe is None")
     schema = None if udf_iterable is not None else spark_arrow_schema(dataframe)
-    job = job_from_mds_kwargs(mds_kwargs, schema, udf_iterable, udf_kwargs)
+    job = job_from_mds_kwargs(_zstd_by_default(mds_kwargs), schema, udf_iterable, udf_kwargs)
     rows = dataframe.mapInArrow(_task(job), "fragment string").collect()
     fragments = [PartFragment.from_json(row["fragment"]) for row in rows]
     local, remote = job.roots
     if merge_index and fragments:
         _merge_index(fragments, job.out, keep_local=job.keep_local or remote is None)
-    return (local or "", remote or ""), 0
+    return local or "", remote or ""
+
+
+def _zstd_by_default(mds_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``mds_kwargs`` with MosaicML's default compression where it names none."""
+    kwargs = dict(mds_kwargs or {})
+    kwargs.setdefault("compression", "zstd")
+    return kwargs
 
 
 def _files_task(job: Job, inputs: FileInputs) -> Callable[[int], str]:
@@ -127,7 +135,7 @@ def files_to_mds(
     merge_index: bool = True,
     target_bytes: int = 256 << 20,
     tasks: int | None = None,
-) -> tuple[Any, int]:
+) -> tuple[str, str]:
     """Convert Parquet, JSONL or image files to one MDS dataset on Spark, the tasks reading the files.
 
     For inputs Spark cannot read by itself (``s3://``, ``gs://``, ``azure://`` without the
@@ -139,14 +147,15 @@ def files_to_mds(
         session: the ``SparkSession``.
         paths: files, folders or prefixes (local or any URL astream's storage reads).
         fmt: ``parquet``, ``jsonl`` or ``image``.
-        mds_kwargs: as for :func:`dataframe_to_mds` (``out``, ``columns``, ``compression``...).
+        mds_kwargs: as for :func:`dataframe_to_mds` (``out``, ``columns``, ``compression``
+            with ``"zstd"`` by default...).
         merge_index: write the merged ``index.json``.
         target_bytes: input bytes per task; at least ``defaultParallelism`` tasks where
             there are files enough.
         tasks: cut the files into about this many tasks instead (at most one per file).
 
     Returns:
-        ``(mds_path, fail_count)`` as :func:`dataframe_to_mds` returns them.
+        ``mds_path`` as :func:`dataframe_to_mds` returns it.
 
     Raises:
         ConfigError: bad ``mds_kwargs``, no input files, or a column type MDS cannot store
@@ -161,11 +170,11 @@ def files_to_mds(
     else:
         check_int("target_bytes", target_bytes, 1)
         inputs = FileInputs.plan(paths, fmt, target_bytes=target_bytes, min_groups=int(context.defaultParallelism))
-    job = job_from_mds_kwargs(mds_kwargs, inputs.schema)
+    job = job_from_mds_kwargs(_zstd_by_default(mds_kwargs), inputs.schema)
     count = len(inputs.groups)
     texts = context.parallelize(range(count), count).map(_files_task(job, inputs)).collect()
     fragments = [PartFragment.from_json(text) for text in texts]
     local, remote = job.roots
     if merge_index:
         _merge_index(fragments, job.out, keep_local=job.keep_local or remote is None)
-    return (local or "", remote or ""), 0
+    return local or "", remote or ""

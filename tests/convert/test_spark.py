@@ -23,9 +23,8 @@ pytestmark = [pytest.mark.slow, pytest.mark.filterwarnings("ignore::DeprecationW
 def test_parquet_to_a_local_folder(spark: Any, parquet_dir: Path, tmp_path: Path) -> None:
     df = spark.read.parquet(str(parquet_dir)).repartition(3)
     out = str(tmp_path / "ds")
-    mds_path, fail_count = dataframe_to_mds(df, merge_index=True,
-                                            mds_kwargs={"out": out, "compression": "zstd", "size_limit": 2000})
-    assert (mds_path, fail_count) == ((out, ""), 0)
+    mds_path = dataframe_to_mds(df, merge_index=True, mds_kwargs={"out": out, "compression": "zstd", "size_limit": 2000})
+    assert mds_path == (out, "")
     ds = LocalDataset(out)
     assert ds.index.shards[0].column_encodings[ds.index.shards[0].column_names.index("mat")] == "ndarray:int32"
     check_samples(iter(ds), ROWS)
@@ -159,3 +158,31 @@ def test_bucket_inputs_read_by_the_tasks_through_astream_storage(spark: Any, s3:
     files_to_mds(spark, ["s3://spark-in/img"], "image", {"out": out})
     assert sorted((s["path"], s["image"]) for s in LocalDataset(out)) == [
         ("s3://spark-in/img/a.png", b"png-a"), ("s3://spark-in/img/b.jpg", b"jpg-b")]
+
+
+def test_mosaicml_return_value_default_compression_and_a_map_of_bytes(spark: Any, tmp_path: Path) -> None:
+    import json
+
+    df = spark.createDataFrame([(i, f"t{i}") for i in range(10)], "id int, text string").repartition(2)
+    out = str(tmp_path / "ds")
+    assert dataframe_to_mds(df, mds_kwargs={"out": out}) == (out, "")  # MosaicML's mds_path
+    shards = json.loads((tmp_path / "ds" / "index.json").read_text())["shards"]
+    assert {s["compression"] for s in shards} == {"zstd"}  # MosaicML's default without the key
+    plain = str(tmp_path / "plain")
+    dataframe_to_mds(df, mds_kwargs={"out": plain, "compression": None})
+    assert {s["compression"] for s in json.loads((tmp_path / "plain" / "index.json").read_text())["shards"]} == {None}
+    assert sorted(int(s["id"]) for s in LocalDataset(out)) == list(range(10))
+
+    # A map of bytes has no JSON form: refused on the driver, naming the column, before any task.
+    bad = spark.createDataFrame([(1, {"k": bytearray(b"v")})], "id int, m map<string,binary>")
+    context = spark.sparkContext
+    context.setJobGroup("map-of-bytes", "dataframe_to_mds of an unstorable column")
+    try:
+        with pytest.raises(ConfigError, match=r"column 'm' has Arrow type map<string, binary>.*no binary"):
+            dataframe_to_mds(bad, mds_kwargs={"out": str(tmp_path / "bad")})
+        with pytest.raises(ConfigError, match=r"column 'm' .* not all JSON-serialisable"):
+            dataframe_to_mds(bad, mds_kwargs={"out": str(tmp_path / "bad"), "columns": {"id": "int", "m": "json"}})
+    finally:
+        context.setLocalProperty("spark.jobGroup.id", None)
+    assert context.statusTracker().getJobIdsForGroup("map-of-bytes") == []
+    assert not (tmp_path / "bad").exists()

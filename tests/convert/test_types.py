@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 
 from astream.convert import arrow_columns
 from astream.convert._types import batch_samples
-from astream.errors import SampleError
+from astream.errors import ConfigError, SampleError
 
 
 @st.composite
@@ -89,3 +89,23 @@ def test_write_partition_refuses_an_overflowing_array_column(tmp_path: Path) -> 
     with pytest.raises(SampleError, match=r"int8 holds -128\.\.127"):
         write_partition(table, str(tmp_path / "ds"), 0, {"a": "ndarray:int8:2"})
     assert not (tmp_path / "ds" / "part-00000" / "index.json").exists()
+
+
+@pytest.mark.parametrize(("kind", "ok"), [
+    (pa.map_(pa.string(), pa.int64()), True),
+    (pa.struct([("a", pa.list_(pa.string())), ("b", pa.float32())]), True),
+    (pa.list_(pa.struct([("a", pa.int8())])), True),
+    (pa.map_(pa.string(), pa.binary()), False),
+    (pa.struct([("a", pa.int8()), ("when", pa.timestamp("s"))]), False),
+    (pa.list_(pa.struct([("d", pa.decimal128(5, 2))])), False),
+])
+def test_a_nested_type_is_json_only_if_every_value_is(kind: pa.DataType, ok: bool) -> None:
+    schema = pa.schema([("m", kind)])
+    if ok:
+        assert arrow_columns(schema) == {"m": "json"}
+        return
+    with pytest.raises(ConfigError, match=r"column 'm' has Arrow type .*which MDS cannot store \(a struct"):
+        arrow_columns(schema)
+    with pytest.raises(ConfigError, match="not all JSON-serialisable"):
+        arrow_columns(schema, {"m": "json"})
+    assert arrow_columns(schema, {"m": "pkl"}) == {"m": "pkl"}
