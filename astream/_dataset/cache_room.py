@@ -3,7 +3,7 @@
 Readers of a bounded cache pin one batch each (:mod:`astream._dataset.reader`), so the
 limit must hold every reader's batch at its largest shards at once, plus one shard for
 random access (:func:`astream._cache.eviction.min_cache_bytes`); a smaller one is refused
-at the start of an epoch. A shuffle whose blocks in flight span far more than the limit
+at the start of an epoch, and one below two shards already when the dataset is made. A shuffle whose blocks in flight span far more than the limit
 works, but mostly downloads shards again: that warns once.
 """
 
@@ -19,7 +19,7 @@ from astream._format.index import Index
 from astream._sampling.defaults import resolve_shuffle_block_size
 from astream.errors import CacheError, CacheWarning
 
-__all__ = ["check_cache_room", "check_dataset_cache", "footprints", "warn_if_thrashing"]
+__all__ = ["check_cache_floor", "check_cache_room", "check_dataset_cache", "footprints", "warn_if_thrashing"]
 
 
 def footprints(index: Index, keep_zip: bool) -> list[int]:
@@ -92,6 +92,31 @@ def warn_if_thrashing(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, 
                 f"shuffle_block_size (about {max(1, block_size * spec.cache_limit // max(1, working))} would "
                 f"fit) or a larger cache_limit (about {working} bytes)",
                 CacheWarning, stacklevel=4,
+            )
+
+
+def check_cache_floor(config: DatasetConfig, indexes: Sequence[Index]) -> None:
+    """Refuse, when the dataset is made, a ``cache_limit`` below what any use needs: two of a
+    stream's largest shards (one in use, one arriving), the node agent's own floor.
+
+    Raises:
+        CacheError: naming the limit, the stream and the shard sizes.
+    """
+    if config.cache_limit is None:
+        return
+    for stream, (index, spec) in enumerate(zip(indexes, config.provider(indexes).streams, strict=True)):
+        if spec.cache_limit is None or spec.remote is None or not index.shards:
+            continue
+        largest = max(footprints(index, spec.keep_zip))
+        need = min_cache_bytes([largest], 1, 1)
+        if spec.cache_limit < need:
+            where = (f"stream {stream} ({spec.remote}) gets {spec.cache_limit} bytes of cache_limit={config.cache_limit}"
+                     if len(indexes) > 1 else f"cache_limit={spec.cache_limit} bytes")
+            raise CacheError(
+                f"{where}, but its largest shard takes {largest} bytes once cached"
+                f"{' (with keep_zip)' if spec.keep_zip else ''}, and one shard in use plus one arriving need "
+                f"{need}: raise cache_limit to at least {need} (more with several ranks, batches spanning "
+                "several shards or loader workers) or write smaller shards"
             )
 
 

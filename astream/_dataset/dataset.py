@@ -28,7 +28,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
-from astream._dataset.cache_room import check_dataset_cache
+from astream._dataset.cache_room import check_cache_floor, check_dataset_cache
 from astream._dataset.config import DatasetConfig
 from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
@@ -115,6 +115,7 @@ class StreamingDataset(RandomAccess):
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
+        check_cache_floor(self.config, self.indexes)  # (before the node agent could refuse it)
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import logging
 import os
 import subprocess
 import sys
@@ -233,6 +234,25 @@ def test_a_limit_below_the_minimum_fails_before_any_download(tmp_path: Path, rem
     ds = StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=BATCH, shuffle=False,
                           cache_limit=need - 1)
     assert len(list(Loader(ds))) == SAMPLES // BATCH
+    ds.close()
+
+
+def test_a_limit_below_two_shards_is_a_cache_error_when_the_dataset_is_made(
+    tmp_path: Path, remote: tuple[LoopbackServer, list[int]], caplog: pytest.LogCaptureFixture
+) -> None:
+    # The node agent's floor (one shard in use, one arriving), met before there is an agent:
+    # the documented CacheError, not a CoordinationError with the agent thread's traceback.
+    server, sizes = remote
+    need = 2 * max(sizes)
+    before = len(server.log)
+    with caplog.at_level(logging.DEBUG, logger="astream"), \
+            pytest.raises(CacheError, match=rf"cache_limit={need - 1} bytes, but its largest shard takes {max(sizes)} "
+                                            rf"bytes.*raise cache_limit to at least {need}"):
+        StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=1, cache_limit=need - 1)
+    assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+    assert downloads(server, before) == 0
+    ds = StreamingDataset(remote=server.url, local=str(tmp_path / "cache"), batch_size=1, cache_limit=need)
+    assert len(list(Loader(ds))) == SAMPLES
     ds.close()
 
 
