@@ -20,6 +20,7 @@ from astream._dataset.layout import SampleMap
 from astream._dataset.runtime import portal
 from astream._dataset.samples import SampleSteps, read_inline
 from astream._dataset.session import NodeSession
+from astream._format.selection import MANY, sub_indexes
 from astream.errors import ConfigError, SampleIndexError
 
 __all__ = ["RandomAccess", "check_index", "check_indexes"]
@@ -33,7 +34,8 @@ def check_index(index: object, size: int) -> int:
         SampleIndexError: out of range.
     """
     if isinstance(index, (bool, np.bool_)) or not isinstance(index, (int, np.integer)):
-        raise ConfigError(f"sample index must be an int, got {type(index).__name__}")
+        raise ConfigError(f"sample index must be an int (or, for ds[...], a slice, a list or an array of ints), "
+                          f"got {type(index).__name__}")
     i = int(index) + size if index < 0 else int(index)
     if not 0 <= i < size:
         raise SampleIndexError(f"sample {index} is out of range for a dataset of {size} samples")
@@ -74,8 +76,11 @@ class RandomAccess:
         held = read_inline(index)
         return held if held is not None else portal().call(self.session.read_sample(check_index(index, self.size)))
 
-    def __getitem__(self, index: int) -> Any:
-        """Sample ``index``, ``transform`` applied (a subclass may override this, as with MosaicML)."""
+    def __getitem__(self, index: int | slice | list[Any] | np.ndarray[Any, Any]) -> Any:
+        """Sample ``index``, ``transform`` applied (a subclass may override this, as with MosaicML);
+        a slice, a list or an array of indexes gives a list of samples, each through ``self[i]``."""
+        if isinstance(index, MANY):
+            return [self[i] for i in sub_indexes(index, self.size)]
         sample = self.get_item(index)
         return sample if self.config.transform is None else self.config.transform(sample)
 

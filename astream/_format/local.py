@@ -27,6 +27,7 @@ from astream._format.gather import gather_batch
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._format.record import RecordLayout
+from astream._format.selection import MANY, sub_indexes
 from astream._format.shard import ShardReader, map_file, out_of_range
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
 from astream.errors import (
@@ -159,14 +160,17 @@ class LocalDataset:
         shard = bisect.bisect_right(self._starts, index) - 1
         return shard, index - self._starts[shard]
 
-    def __getitem__(self, index: int) -> dict[str, Any]:
-        """Decode sample ``index`` (negative counts from the end).
+    def __getitem__(self, index: int | slice | list[Any] | np.ndarray[Any, Any]) -> Any:
+        """Decode sample ``index`` (negative counts from the end); a slice, a list or an array
+        of indexes gives a list of samples, as MosaicML's datasets do.
 
         Raises:
             ConfigError: the index is out of range.
             ShardFormatError, HashMismatchError, CompressionError: its shard is bad.
             EncodingError: a value does not decode.
         """
+        if isinstance(index, MANY):
+            return [self[i] for i in sub_indexes(index, len(self))]
         i = operator.index(index)
         hot = self._hot  # sequential and local reads hit the same shard: skip the lookup
         if hot is not None and hot[0] <= i < hot[1]:
