@@ -19,7 +19,7 @@ _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:e[+-]?[0-9]+)?)\s*([a-z]*)\s*$")
 
 
 def parse_bytes(value: int | str, name: str) -> int:
-    """Turn ``value`` (an int, or a string like ``"64mb"``) into a number of bytes.
+    """Turn ``value`` (an int, or a string like ``"64mb"``, or of digits alone: bytes) into a number of bytes.
 
     Raises:
         ConfigError: the value is negative, not a number, or has an unknown unit.
@@ -30,11 +30,13 @@ def parse_bytes(value: int | str, name: str) -> int:
         result = value
     elif isinstance(value, str):
         match = _NUMBER.match(value.lower())
-        if not match or match.group(2) not in _BYTE_UNITS:
+        # A string of digits alone is bytes, as MosaicML reads it ("2048"); "1.5" is not.
+        plain = match is not None and not match.group(2) and match.group(1).isdigit()
+        if not match or (match.group(2) not in _BYTE_UNITS and not plain):
             raise ConfigError(
-                f"{name}={value!r} is not a size: use an int or a string like '512kb', '64mb', '10gb'"
+                f"{name}={value!r} is not a size: use an int or a string like '2048', '512kb', '64mb', '10gb'"
             )
-        result = int(float(match.group(1)) * 1024 ** _BYTE_UNITS[match.group(2)])
+        result = int(match.group(1)) if plain else int(float(match.group(1)) * 1024 ** _BYTE_UNITS[match.group(2)])
     else:
         raise ConfigError(f"{name} must be an int or a string like '64mb', got {type(value).__name__}")
     if result < 0:
