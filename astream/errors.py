@@ -9,11 +9,13 @@ builtin exception describes the same failure, the astream class inherits it too,
 
     AstreamError
     ├── ConfigError (ValueError)            a parameter is wrong; nothing was done yet
-    │   └── SampleIndexError (IndexError)   a sample index outside the dataset
+    │   ├── SampleIndexError (IndexError)   a sample index outside the dataset
+    │   └── OutputExistsError (FileExistsError)  a writer's ``out`` already holds files
     ├── UsageError (RuntimeError)           the API was used in a way it does not support
     ├── MissingExtraError (ImportError)     an optional dependency is not installed
     ├── FormatError (ValueError)            bytes on disk are not valid MDS
     │   ├── IndexFormatError                index.json is missing, unreadable or malformed
+    │   │   └── IndexJSONError (json.JSONDecodeError)  index.json is empty or not JSON
     │   ├── ShardFormatError                a shard file is truncated or inconsistent
     │   ├── EncodingError                   unknown encoding, or a value that does not decode
     │   ├── CompressionError                unknown codec, or bytes that do not decompress
@@ -46,6 +48,8 @@ builtin exception describes the same failure, the astream class inherits it too,
 
 from __future__ import annotations
 
+import json
+
 __all__ = [
     "AccessDeniedError",
     "AgentLost",
@@ -62,8 +66,10 @@ __all__ = [
     "FormatError",
     "HashMismatchError",
     "IndexFormatError",
+    "IndexJSONError",
     "LayoutWarning",
     "MissingExtraError",
+    "OutputExistsError",
     "ProtocolError",
     "RangeNotSupportedError",
     "RemoteNotFoundError",
@@ -96,6 +102,11 @@ class SampleIndexError(ConfigError, IndexError):
     """A sample index outside ``[-len, len)``; an ``IndexError`` too, so datasets act as sequences."""
 
 
+class OutputExistsError(ConfigError, FileExistsError):
+    """A writer's ``out`` exists and is not empty, and ``exist_ok`` is False; a
+    ``FileExistsError`` too, as MosaicML's writers raise."""
+
+
 class UsageError(AstreamError, RuntimeError):
     """The API was called in a way it does not support (wrong flavour, closed object...)."""
 
@@ -117,6 +128,19 @@ class FormatError(AstreamError, ValueError):
 
 class IndexFormatError(FormatError):
     """index.json is missing, unreadable, or has a malformed field."""
+
+
+class IndexJSONError(IndexFormatError, json.JSONDecodeError):
+    """index.json is empty or not valid JSON; a ``json.JSONDecodeError`` too, which MosaicML
+    raises for such a file (``pos``, ``lineno`` and ``colno`` are the parser's; ``doc`` is
+    left empty, not the whole file)."""
+
+    def __init__(self, message: str, pos: int = 0, lineno: int = 1, colno: int = 1) -> None:
+        ValueError.__init__(self, message)  # (the message is astream's, not the parser's "msg: line...")
+        self.msg, self.doc, self.pos, self.lineno, self.colno = message, "", pos, lineno, colno
+
+    def __reduce__(self) -> tuple[type[IndexJSONError], tuple[str, int, int, int]]:
+        return type(self), (str(self.args[0]), self.pos, self.lineno, self.colno)
 
 
 class ShardFormatError(FormatError):

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import Any
 
-from astream.errors import IndexFormatError
+from astream.errors import IndexFormatError, IndexJSONError
 
 __all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
 
@@ -312,8 +312,12 @@ class Index:
         """
         try:
             obj = json.loads(data)
+        except json.JSONDecodeError as exc:
+            what = "empty" if not data.strip() else f"not valid JSON ({exc})"
+            raise IndexJSONError(f"{source}: {what}; the file is corrupt or truncated", exc.pos, exc.lineno,
+                                 exc.colno) from exc
         except (UnicodeDecodeError, ValueError) as exc:
-            raise IndexFormatError(f"{source}: not valid JSON ({exc}); the file is corrupt or truncated") from exc
+            raise IndexJSONError(f"{source}: not valid JSON ({exc}); the file is corrupt or truncated") from exc
         return cls.from_json(obj, source)
 
     @classmethod

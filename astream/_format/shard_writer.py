@@ -18,6 +18,7 @@ shard's files hold (:meth:`_shard_files`) and what its index entry says (:meth:`
 from __future__ import annotations
 
 import contextlib
+import copy
 import json
 import os
 import shutil
@@ -33,7 +34,7 @@ from astream._format.files import BackgroundCommit, atomic_write, fsync_dir
 from astream._format.hashing import check_algorithm, new_hasher
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
 from astream._units import parse_bytes
-from astream.errors import ConfigError, UsageError
+from astream.errors import ConfigError, OutputExistsError, UsageError
 
 if TYPE_CHECKING:
     from typing_extensions import Self
@@ -60,11 +61,13 @@ class ShardWriter:
         exist_ok: if ``out`` exists and is not empty, delete its contents (True) or raise (False).
 
     Raises:
-        ConfigError: a bad ``out``, ``columns``, ``hashes`` or ``size_limit``, or ``out`` is not empty.
+        ConfigError: a bad ``out``, ``columns``, ``hashes`` or ``size_limit``.
+        OutputExistsError: ``out`` is not empty and ``exist_ok`` is False (a ``FileExistsError``).
         CompressionError: an unknown compression algorithm.
     """
 
     format: ClassVar[str] = ""
+    _config: dict[str, Any]  # what each shard entry repeats; set by the format's writer
     #: Bytes a shard and each record add to the shard's size beyond the records
     #: themselves, as MosaicML counts them (its ``extra_bytes_per_shard/sample``).
     _shard_overhead: int = 0
@@ -165,6 +168,12 @@ class ShardWriter:
         return True
 
     # --- public API -------------------------------------------------------------------
+
+    def get_config(self) -> dict[str, Any]:
+        """The writer's settings as every shard entry of its ``index.json`` repeats them
+        (``version``, ``format``, ``compression``, ``hashes``, ``size_limit`` and the format's
+        own keys), as MosaicML's ``get_config()`` returns them."""
+        return copy.deepcopy(self._config)
 
     @property
     def num_samples(self) -> int:
@@ -280,7 +289,7 @@ class ShardWriter:
     def _prepare_dir(self, exist_ok: bool) -> None:
         if os.path.isdir(self.local) and os.listdir(self.local):
             if not exist_ok:
-                raise ConfigError(
+                raise OutputExistsError(
                     f"out={self.local!r} exists and is not empty; pass exist_ok=True to replace its contents"
                 )
             # The old index goes first, so a crash in between never leaves it pointing at

@@ -42,7 +42,8 @@ class MDSWriter(ShardWriter):
         exist_ok: if ``out`` exists and is not empty, delete its contents (True) or raise (False).
 
     Raises:
-        ConfigError: a bad ``out``, ``hashes`` or ``size_limit``, or ``out`` is not empty.
+        ConfigError: a bad ``out``, ``hashes`` or ``size_limit``.
+        OutputExistsError: ``out`` is not empty and ``exist_ok`` is False (a ``FileExistsError``).
         EncodingError: a column has an unknown encoding.
         CompressionError: an unknown compression algorithm.
     """

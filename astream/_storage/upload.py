@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import dataclasses
 import inspect
 import os
 import shutil
@@ -66,17 +67,20 @@ class Uploads(ShardWriter):
         storage_options: settings of the remote's backend (endpoint, credentials...), as for
             :class:`Stream`; an unknown key is refused.
         max_pending: finished files allowed to wait for upload before ``write`` blocks.
+        retry: extra attempts of each upload (MosaicML's ``retry``; default ``options``' 2).
 
     Raises:
-        ConfigError: a bad ``out``, ``keep_local``, ``progress_bar``, ``max_workers`` or
-            ``max_pending``; the message names it.
+        ConfigError: a bad ``out``, ``keep_local``, ``progress_bar``, ``max_workers``,
+            ``max_pending`` or ``retry``, or a keyword the writer does not take (a
+            ``ValueError``, as MosaicML's writers raise); the message names it.
     """
 
     def __init__(
         self, *args: Any, keep_local: bool = False, progress_bar: bool = False, max_workers: int | None = None,
         options: StorageOptions | None = None, storage_options: Mapping[str, Any] | None = None,
-        max_pending: int = 8, **kwargs: Any,
+        max_pending: int = 8, retry: int | None = None, **kwargs: Any,
     ) -> None:
+        _check_keywords(type(self), kwargs)
         workers = default_max_workers() if max_workers is None else max_workers
         for name, value in (("max_workers", workers), ("max_pending", max_pending)):
             check_int(name, value, 1)
@@ -101,6 +105,9 @@ class Uploads(ShardWriter):
             self._options = configure(remote, storage_options, self._options)  # before any file is made
         elif storage_options:
             raise ConfigError(f"storage_options were given but out={out!r} names no remote")
+        if retry is not None:  # MosaicML's upload retries
+            policy = dataclasses.replace(self._options.retry, retries=check_int("retry", retry, 0))
+            self._options = dataclasses.replace(self._options, retry=policy)
         super().__init__(*args, **kwargs)
 
     # -- hooks of ShardWriter -------------------------------------------------------------------
@@ -213,6 +220,23 @@ class Uploads(ShardWriter):
             thread.close()
         if bar is not None:
             bar.close()
+
+
+def _format_keywords(cls: type[ShardWriter]) -> tuple[str, ...]:
+    """The keywords the format writer under the public writer ``cls`` takes."""
+    local = next(c for c in cls.__mro__ if issubclass(c, ShardWriter) and not issubclass(c, Uploads))
+    return tuple(p for p in inspect.signature(local.__init__).parameters if p != "self")
+
+
+def _check_keywords(cls: type[ShardWriter], kwargs: Mapping[str, Any]) -> None:
+    """Refuse a keyword neither the format writer nor the uploads take (MosaicML: ValueError)."""
+    known = _format_keywords(cls)
+    unknown = sorted(set(kwargs) - set(known))
+    if unknown:
+        uploads = [p for p in inspect.signature(Uploads.__init__).parameters
+                   if p not in ("self", "args", "kwargs")]
+        raise ConfigError(f"{cls.__name__} got unknown argument(s) {', '.join(unknown)}; it takes "
+                          f"{', '.join([*known, *uploads])}")
 
 
 def _signature(local: type[ShardWriter]) -> inspect.Signature:
