@@ -10,6 +10,7 @@ picklable, so it travels to worker processes as it is.
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -85,7 +86,8 @@ class DatasetConfig:
         replication: int | None, max_concurrency: int, world: World | None, run_id: str | None,
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
-        columns: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None, stream_name: str = "stream",
+        stream_config: Mapping[str, Any] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -102,13 +104,18 @@ class DatasetConfig:
                 raise ConfigError("streams must be a non-empty list of astream.Stream")
             if format is not None or columns is not None:
                 raise ConfigError("with streams=, give format= and columns= to each Stream")
+            if stream_config is not None:
+                raise ConfigError("stream_config= sets the stream made from remote=/local=; with streams=, give "
+                                  "each Stream its own weight")
+            _check_stream_name(stream_name)
             given = list(streams)
         else:
             if validate_hash is not None and format not in (None, "mds"):
                 raise ConfigError(f"validate_hash does not apply to format={format!r} (its files carry no digests "
                                   "in an index); leave it None")
             given = [Stream(remote=remote, local=local, split=split, storage_options=storage_options,
-                            format=format or "mds", columns=None if columns is None else tuple(columns))]
+                            format=format or "mds", columns=None if columns is None else tuple(columns),
+                            **_stream_weight(stream_name, stream_config))]
         options = RemoteConfig.of(storage_options)
         inherited = tuple(s.inherit(download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
                                     keep_zip=keep, storage_options=options) for s in given)
@@ -126,15 +133,22 @@ class DatasetConfig:
         run, run_source = resolve_run_id(run_id, unique_world.ranks_per_node)
         _log_once(unique_world, world_source, run, run_source)
         replicas = check_optional_int("replication", replication, 1)
+        ahead = check_optional_int("predownload", predownload, 0)
+        per_batch = check_optional_int("batch_size", batch_size, 1)
+        if ahead is not None and per_batch is not None and ahead < per_batch:
+            # MosaicML's warning; astream's reader reads a batch ahead all the same (see lookahead).
+            warnings.warn(f"predownload < batch_size ({ahead} < {per_batch}): set predownload to at least "
+                          "batch_size, or leave it None (8 * batch_size); astream downloads one batch ahead "
+                          "at the least anyway", UserWarning, stacklevel=3)
         return cls(
             streams=inherited, download_retry=retry, download_timeout=timeout, validate_hash=validate_hash,
-            keep_zip=keep, epoch_size=size, predownload=check_optional_int("predownload", predownload, 0),
+            keep_zip=keep, epoch_size=size, predownload=ahead,
             cache_limit=None if cache_limit is None else parse_bytes(cache_limit, "cache_limit"),
             sampling_method=check_choice("sampling_method", sampling_method, SAMPLING_METHODS),
             sampling_granularity=check_int("sampling_granularity", sampling_granularity, 1),
             partition_algo=check_choice("partition_algo", partition_algo, PARTITION_ALGOS),
             num_canonical_nodes=check_optional_int("num_canonical_nodes", num_canonical_nodes, 1),
-            batch_size=check_optional_int("batch_size", batch_size, 1), shuffle=bool(shuffle),
+            batch_size=per_batch, shuffle=bool(shuffle),
             shuffle_algo=check_choice("shuffle_algo", shuffle_algo, SHUFFLE_ALGOS),
             shuffle_seed=check_int("shuffle_seed", shuffle_seed, 0),
             shuffle_block_size=check_optional_int("shuffle_block_size", shuffle_block_size, 1),
@@ -211,6 +225,39 @@ class DatasetConfig:
         # pinned_at_once=1: readers of a bounded cache pin one batch each (checked, with the
         # node's readers, by check_dataset_cache at the start of an epoch).
         return CacheProviderFactory(tuple(specs), self.max_concurrency, pinned_at_once=1, indexes=tuple(indexes))
+
+
+_STREAM_WEIGHTS = ("proportion", "repeat", "choose")
+
+
+def _check_stream_name(stream_name: object) -> None:
+    """MosaicML 0.13's ``stream_name`` picks a registered ``Stream`` subclass; only its own
+    default exists here (astream's downloads are the node agent's, so a subclass's download
+    methods would never run)."""
+    if stream_name != "stream":
+        raise ConfigError(
+            f"stream_name={stream_name!r}: astream has no registry of Stream subclasses (MosaicML's "
+            "streams_registry); downloads are the node agent's, so a subclass's download methods would not "
+            "run. Give streams=[astream.Stream(...)], and change samples with transform= or a StreamingDataset "
+            "subclass's __getitem__"
+        )
+
+
+def _stream_weight(stream_name: object, stream_config: Mapping[str, Any] | None) -> dict[str, Any]:
+    """The keywords ``stream_config`` adds to the dataset's one stream: its weight."""
+    _check_stream_name(stream_name)
+    if stream_config is None:
+        return {}
+    if not isinstance(stream_config, Mapping):
+        raise ConfigError(f"stream_config must be a dict of Stream keywords, got {type(stream_config).__name__}")
+    unknown = sorted(set(stream_config) - set(_STREAM_WEIGHTS))
+    if unknown:
+        raise ConfigError(
+            f"stream_config holds {', '.join(map(repr, unknown))}: it takes the stream's weight "
+            f"({', '.join(_STREAM_WEIGHTS)}); give remote, local, split and the download settings to "
+            "StreamingDataset itself (MosaicML overwrites them with the dataset's)"
+        )
+    return dict(stream_config)
 
 
 def _check_transform(transform: Any) -> Callable[[Any], Any] | None:

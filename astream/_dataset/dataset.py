@@ -93,6 +93,10 @@ class StreamingDataset(RandomAccess):
             for ``remote=`` and for the streams that give none; see :class:`Stream`.
         format: ``"mds"``, ``"parquet"`` or ``"webdataset"`` for ``remote=`` (see :class:`Stream`).
         columns: the Parquet columns to read (default all).
+        stream_name: MosaicML's name of a registered ``Stream`` class; only its default,
+            ``"stream"``, is taken (astream has no registry: see docs/migration.md).
+        stream_config: more keywords of the stream made from ``remote``/``local``: its
+            weight (``proportion``, ``repeat`` or ``choose``), as in MosaicML.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -111,7 +115,8 @@ class StreamingDataset(RandomAccess):
         world: World | None = None, run_id: str | None = None, coord: CoordConfig | None = None,
         transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
-        columns: Sequence[str] | None = None,
+        columns: Sequence[str] | None = None, stream_name: str = "stream",
+        stream_config: Mapping[str, Any] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
@@ -119,7 +124,11 @@ class StreamingDataset(RandomAccess):
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
-        self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1)  # validate the whole config now
+        weights = self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1).weights  # (validates the config)
+        self._weights = tuple(zip(weights.proportion.tolist(), weights.repeat.tolist(), weights.choose.tolist(),
+                                  strict=True))
+        for stream, resolved in zip(streams or (), self._weights, strict=bool(streams)):
+            stream.resolve(*resolved)  # as MosaicML writes them back into the streams it was given
         self._warm: WarmStart | None = None
         self._warm_shape = (1, self.config.batch_size or 1, False)
 
@@ -186,7 +195,8 @@ class StreamingDataset(RandomAccess):
 
     @property
     def streams(self) -> list[Stream]:
-        return list(self.config.streams)
+        """The streams with the dataset's settings filled in and their weights resolved."""
+        return [s.resolved(*w) for s, w in zip(self.config.streams, self._weights, strict=True)]
 
     @property
     def columns(self) -> dict[str, str]:

@@ -11,7 +11,7 @@ import os
 import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, overload
 
 import xxhash
 
@@ -37,6 +37,29 @@ def default_cache_dir(remote: str) -> str:
     return os.path.join(base, xxhash.xxh64(remote.rstrip("/").encode()).hexdigest())
 
 
+class _Weight:
+    """``proportion``, ``repeat`` or ``choose`` of a :class:`Stream`: the value given, until a
+    dataset built from the stream resolves all three (MosaicML writes them back into its
+    streams); the given one stays what the stream is configured with (:meth:`Stream.given`)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name, self.slot = name, f"_given_{name}"
+
+    @overload
+    def __get__(self, obj: None, owner: type | None = None) -> None: ...
+    @overload
+    def __get__(self, obj: Stream, owner: type | None = None) -> Any: ...
+
+    def __get__(self, obj: Stream | None, owner: type | None = None) -> Any:
+        if obj is None:
+            return None  # (the dataclass field's default)
+        resolved = obj.__dict__.get("_resolved")
+        return resolved[self.name] if resolved is not None else obj.__dict__.get(self.slot)
+
+    def __set__(self, obj: Stream, value: Any) -> None:
+        obj.__dict__[self.slot] = value
+
+
 @dataclass(frozen=True)
 class Stream:
     """One dataset directory mixed into a :class:`StreamingDataset`.
@@ -49,7 +72,10 @@ class Stream:
         split: a sub-directory of both.
         proportion: relative weight in the mixture (all streams relative, or none).
         repeat: how many times to draw the stream per epoch (may be fractional).
-        choose: exactly how many samples to draw per epoch.
+        choose: exactly how many samples to draw per epoch. Once a dataset is built from
+            the stream, all three read the resolved weights (its share of the epoch,
+            ``choose / samples`` and the samples drawn), as in MosaicML; the values given
+            stay in :meth:`given`, and the stream can make another dataset.
         download_retry, download_timeout, validate_hash, keep_zip: override the dataset's.
         storage_options: settings of this remote's backend (endpoint, credentials, region,
             ``anonymous``, ``headers``, ``ca_bundle``, timeouts; see docs/storage.md), kept
@@ -73,9 +99,9 @@ class Stream:
     remote: str | None = None
     local: str | None = None
     split: str | None = None
-    proportion: float | None = None
-    repeat: float | None = None
-    choose: int | None = None
+    proportion: float | None = _Weight()  # type: ignore[assignment]
+    repeat: float | None = _Weight()  # type: ignore[assignment]
+    choose: int | None = _Weight()  # type: ignore[assignment]
     download_retry: int | None = None
     download_timeout: float | None = None
     validate_hash: str | None = None
@@ -132,6 +158,23 @@ class Stream:
                 configure(self.remote, config)  # refuses an unknown scheme or key now, not in a worker
             object.__setattr__(self, "storage_options", config)
 
+    def given(self) -> tuple[float | None, float | None, int | None]:
+        """``(proportion, repeat, choose)`` as given to the constructor (None where not given)."""
+        d = self.__dict__
+        return d.get("_given_proportion"), d.get("_given_repeat"), d.get("_given_choose")
+
+    def resolve(self, proportion: float, repeat: float, choose: int) -> None:
+        """Hold a dataset's resolved weights (what ``proportion``/``repeat``/``choose`` read)."""
+        object.__setattr__(self, "_resolved", {"proportion": float(proportion), "repeat": float(repeat),
+                                              "choose": int(choose)})
+
+    def resolved(self, proportion: float, repeat: float, choose: int) -> Stream:
+        """A copy of this stream holding these resolved weights."""
+        given = self.given()
+        copy = replace(self, proportion=given[0], repeat=given[1], choose=given[2])
+        copy.resolve(proportion, repeat, choose)
+        return copy
+
     @property
     def remote_config(self) -> RemoteConfig:
         """The frozen ``storage_options`` (empty when none were given)."""
@@ -156,8 +199,10 @@ class Stream:
     ) -> Stream:
         """This stream with the dataset's settings filled in where it left them as None."""
         own = self.storage_options is not None
+        proportion, repeat, choose = self.given()  # (not weights an earlier dataset resolved)
         return replace(
             self,
+            proportion=proportion, repeat=repeat, choose=choose,
             storage_options=self.storage_options if own or self.remote is None else storage_options,
             local=self.local_dir,
             download_retry=self.download_retry if self.download_retry is not None else download_retry,
