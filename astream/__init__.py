@@ -71,9 +71,19 @@ _LAZY = {
 }
 
 
+# MosaicML's names that do not carry over, and what replaces them: `from astream import X`
+# (a script whose imports were changed) stops at once with the fix, not "cannot import name".
+_REPLACED = {
+    "StreamingDataLoader": "use astream.Loader(ds, batch_size=B, num_workers=W), which has "
+                           "StreamingDataLoader's state_dict()/load_state_dict() (docs/migration.md)",
+}
+
+
 def __getattr__(name: str) -> Any:
     if name == "convert":
         return importlib.import_module("astream.convert")  # (the import makes it an attribute)
+    if name in _REPLACED:
+        raise ImportError(f"astream has no {name}: {_REPLACED[name]}", name=name)
     module = _LAZY.get(name)
     if module is None:
         raise AttributeError(f"module 'astream' has no attribute {name!r}")
