@@ -13,6 +13,7 @@ The agent process runs ``python -m astream._coord FD`` (:func:`agent_main`).
 from __future__ import annotations
 
 import asyncio
+import atexit
 import contextlib
 import logging
 import os
@@ -44,22 +45,28 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 
 def run_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
-              on_ready: Callable[[], None], *, signals: bool = False) -> None:
+              on_ready: Callable[[], None], *, signals: bool = False,
+              on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None) -> None:
     """Run an agent on ``listener`` until it goes idle; blocks (a process or a thread).
+
+    ``on_agent`` is told the loop and the agent once it exists (to stop it from elsewhere).
 
     Raises:
         Exception: whatever stopped the agent from starting (bad factory, rebuild failed).
     """
     loop = new_event_loop()
     try:
-        loop.run_until_complete(_serve(listener, factory, config, on_ready, signals))
+        loop.run_until_complete(_serve(listener, factory, config, on_ready, signals, on_agent))
     finally:
         loop.close()
 
 
 async def _serve(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
-                 on_ready: Callable[[], None], signals: bool) -> None:
+                 on_ready: Callable[[], None], signals: bool,
+                 on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None) -> None:
     agent = Agent(factory(), config)
+    if on_agent is not None:
+        on_agent(asyncio.get_running_loop(), agent)
     if signals:
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, agent.stop)
@@ -83,13 +90,46 @@ def start_agent(listener: socket.socket, factory: ProviderFactory, config: Coord
         listener.close()
 
 
+# Agents on threads of this process, each (thread, [(loop, agent)] once it runs).
+_thread_agents: list[tuple[threading.Thread, list[tuple[asyncio.AbstractEventLoop, Agent]]]] = []
+_EXIT_JOIN = 5.0  # seconds an agent thread may take to shut down at exit
+_hooked = False
+
+
+def _stop_thread_agents() -> None:
+    """Stop this process's agent threads as the interpreter exits, before it finalizes: one
+    lingering (``agent_linger``) would fire its idle timer into a finalized interpreter
+    from its uvloop thread and crash the process (seen after a torch training loop, whose
+    exit is slow, about one run in ten)."""
+    agents, _thread_agents[:] = list(_thread_agents), []
+    for thread, running in agents:
+        if thread.is_alive() and running:
+            loop, agent = running[0]
+            with contextlib.suppress(RuntimeError):  # (its loop closed meanwhile)
+                loop.call_soon_threadsafe(agent.stop)
+    for thread, _ in agents:
+        thread.join(_EXIT_JOIN)
+
+
+def _track_thread_agent(thread: threading.Thread, running: list[tuple[asyncio.AbstractEventLoop, Agent]]) -> None:
+    global _hooked
+    if not _hooked:
+        # atexit's hooks run once threading's have (astream's loop closed, its clients gone:
+        # none joins again to start another agent) and before the interpreter finalizes.
+        _hooked = True
+        atexit.register(_stop_thread_agents)
+    _thread_agents[:] = [t for t in _thread_agents if t[0].is_alive()]
+    _thread_agents.append((thread, running))
+
+
 def _start_thread(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
     ready = threading.Event()
     failure: list[BaseException] = []
+    running: list[tuple[asyncio.AbstractEventLoop, Agent]] = []
 
     def target() -> None:
         try:
-            run_agent(listener, factory, config, ready.set)
+            run_agent(listener, factory, config, ready.set, on_agent=lambda loop, agent: running.append((loop, agent)))
         except BaseException as exc:
             failure.append(exc)
             # A program that ended while its agent started (it took a batch and left): the
@@ -100,7 +140,9 @@ def _start_thread(listener: socket.socket, factory: ProviderFactory, config: Coo
             listener.close()
             ready.set()
 
-    threading.Thread(target=target, name="astream-agent", daemon=True).start()
+    thread = threading.Thread(target=target, name="astream-agent", daemon=True)
+    thread.start()
+    _track_thread_agent(thread, running)
     if not ready.wait(config.connect_timeout) or failure:
         raise CoordinationError(f"the node agent thread did not start: {failure[0] if failure else 'timed out'}")
     return os.getpid()
