@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import sys
 import weakref
 from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +42,7 @@ from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
 from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
+from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
 from astream._sampling.order import first_batch, worker_batches
@@ -131,6 +133,7 @@ class StreamingDataset(RandomAccess):
             stream.resolve(*resolved)  # as MosaicML writes them back into the streams it was given
         self._warm: WarmStart | None = None
         self._warm_shape = (1, self.config.batch_size or 1, False)
+        register_with_torch(StreamingDataset)  # (torch's DataLoader must iterate it: see torch_idiom.py)
 
     def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
         """Join the node and fetch the first batch of each of the rank's readers while the
@@ -210,6 +213,7 @@ class StreamingDataset(RandomAccess):
 
     def __len__(self) -> int:
         """This rank's samples per epoch: ``ceil(epoch_size / ranks)``, as MosaicML reports it."""
+        check_len_caller(self, sys._getframe(1))
         return self.plan(epoch=self.run.epoch, sample_in_epoch=0, workers_per_rank=1).rank_len
 
     def plan(self, *, epoch: int, sample_in_epoch: int, workers_per_rank: int, batch_size: int | None = None) -> EpochPlan:
@@ -348,6 +352,10 @@ class StreamingDataset(RandomAccess):
 
     def __iter__(self) -> Iterator[dict[str, Any]]:
         """``for sample in ds``: this rank's samples of the next epoch."""
+        check_torch_iteration(self, sys._getframe(1))
+        return self._samples()
+
+    def _samples(self) -> Iterator[dict[str, Any]]:
         chunks = SyncIterator(portal(), lambda: self._sample_stream(chunked=True), maxsize=4)
         try:
             for chunk in chunks:
