@@ -66,8 +66,8 @@ def check_torch_iteration(ds: Any, caller: FrameType | None) -> None:
     """
     if _module_of(caller) != _FETCHER:
         return
-    data = sys.modules.get(_DATA)
-    info = data.get_worker_info() if data is not None else None
+    worker_info = getattr(sys.modules.get(_DATA), "get_worker_info", None)
+    info = worker_info() if worker_info is not None else None
     size = ds.config.batch_size
     if info is not None:
         workers = int(info.num_workers)
