@@ -230,14 +230,22 @@ def _train(tmp_path: Path, case: dict[str, Any], num_workers: int, *, fix: bool 
                               env={**env, "RANK": str(r), "LOCAL_RANK": str(r)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for r in range(ranks)]
     results = []
-    for r, proc in enumerate(procs):
-        out, err = proc.communicate(timeout=timeout)
-        results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
-        if proc.returncode == 0:
-            results[-1].stdout = (tmp_path / f"r{r}.json").read_text()
+    try:
+        for r, proc in enumerate(procs):
+            out, err = proc.communicate(timeout=timeout)
+            results.append(subprocess.CompletedProcess(proc.args, proc.returncode, out, err))
+            if proc.returncode == 0:
+                results[-1].stdout = (tmp_path / f"r{r}.json").read_text()
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
     return results
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_a_mosaicml_training_script_trains_on_mosaicmls_samples_on_two_ranks(fixtures_dir: Path,
                                                                               tmp_path: Path) -> None:
     pytest.importorskip("torch")
@@ -251,6 +259,8 @@ def test_a_mosaicml_training_script_trains_on_mosaicmls_samples_on_two_ranks(fix
             assert ids == case["epochs"][str(epoch)]["per_rank_order"][rank], f"rank {rank}, epoch {epoch}"
 
 
+@pytest.mark.slow
+@pytest.mark.timeout(300)
 def test_with_torch_workers_it_stops_at_once_and_the_named_fix_trains_in_mosaicmls_order(
     fixtures_dir: Path, tmp_path: Path
 ) -> None:
