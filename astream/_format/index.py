@@ -12,9 +12,9 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
+from astream._format.names import unsafe_name
 from astream.errors import IndexFormatError
 
 __all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
@@ -82,10 +82,10 @@ def source_label(source: str) -> str:
 
 def _check_basename(basename: str, fields: _Fields, key: str) -> str:
     # Base names may hold one relative directory (merge_index output: "3/shard.00000.mds"),
-    # but never an absolute path or "..": a dataset must not write outside its root.
-    path = PurePosixPath(basename)
-    if not basename or path.is_absolute() or ".." in path.parts or "\\" in basename or len(path.parts) > 2:
-        raise fields.fail(key, f"is not a safe relative file name: {basename!r}")
+    # but never an absolute path, "." or "..", or a NUL: a dataset must not write outside its root.
+    why = unsafe_name(basename, max_parts=2)
+    if why is not None:
+        raise fields.fail(key, f"is not a safe relative file name: {basename!r} {why}")
     return basename
 
 

@@ -26,6 +26,7 @@ from astream._format.compression import get_codec
 from astream._format.gather import gather_batch
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
+from astream._format.names import check_split
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, map_file, out_of_range
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
@@ -77,6 +78,7 @@ class LocalDataset:
         allow_unsafe_types: bool = False,
         validate_hash: str | None = None,
     ) -> None:
+        check_split(split)
         self._args = (os.fspath(local), split, allow_unsafe_types, validate_hash)
         self.root = os.path.join(os.fspath(local), split) if split else os.fspath(local)
         self.index = Index.load(os.path.join(self.root, INDEX_NAME))

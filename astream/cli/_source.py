@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 
 from astream._format.index import INDEX_NAME, Index
+from astream._format.names import check_split
 from astream._storage.local import local_path_of
 from astream._storage.loop import run
 from astream._storage.registry import StoragePool, join_url, scheme_of
@@ -20,6 +21,7 @@ def is_local(location: str) -> bool:
 
 def dataset_root(location: str, split: str | None) -> str:
     """The URL (or path) of the folder holding the index.json of ``location``/``split``."""
+    check_split(split)
     return join_url(location, split)
 
 
