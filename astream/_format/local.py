@@ -251,7 +251,7 @@ class LocalDataset:
 
     def _load(
         self, position: int, raw: FileInfo, zipped: FileInfo | None, compression: str | None
-    ) -> tuple[bytes | mmap.mmap, int, str]:
+    ) -> tuple[bytes | bytearray | mmap.mmap, int, str]:
         """One file of a shard, uncompressed: (buffer, bytes held in memory, file name).
 
         A raw file present on disk is mapped (and preferred); otherwise the compressed file
@@ -278,18 +278,19 @@ class LocalDataset:
         zip_path = os.path.join(self.root, zipped.basename)
         try:
             with open(zip_path, "rb") as fh:
+                stored = os.fstat(fh.fileno()).st_size
+                if stored != zipped.bytes:  # read no more than the index describes
+                    raise ShardFormatError(
+                        f"{zip_path} (shard {position}): the file has {stored} bytes, index.json says "
+                        f"{zipped.bytes}; it is stale or truncated: delete it so it is fetched again"
+                    )
                 data = fh.read()
         except OSError as exc:
             raise ShardFormatError(
                 f"shard {position}: neither {raw_path} nor {zip_path} can be read ({exc}); the dataset is incomplete"
             ) from exc
         self._check_hash(zip_path, data, zipped.hashes)
-        out = get_codec(compression or "").decompress(data, zip_path)
-        if len(out) != raw.bytes:
-            raise ShardFormatError(
-                f"{zip_path} (shard {position}): decompresses to {len(out)} bytes, index.json says "
-                f"{raw.bytes}; the file is corrupt or stale: delete it so it is fetched again"
-            )
+        out = get_codec(compression or "").decompress(data, size=raw.bytes, name=f"{zip_path} (shard {position})")
         return out, len(out), zip_path
 
     def _open_shard(self, position: int) -> tuple[AnyShardReader, int]:

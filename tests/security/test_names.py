@@ -13,6 +13,7 @@ import pytest
 from hostile import small_tar
 
 from astream import LocalDataset, StreamingDataset
+from astream._cache.wds_index import load_tars
 from astream._format.index import Index
 from astream._format.names import unsafe_name
 from astream._storage.base import ObjectInfo, checked_listing
@@ -76,6 +77,13 @@ def test_astream_index_creates_nothing_outside(s3: Any, tmp_path: Path, monkeypa
     assert cli(["index", "s3://hostile/idx", "--format", "webdataset"]) != 0
     assert "made-by-astream/escape.tar" in capsys.readouterr().err
     assert _outside(tmp_path, scratch) == []
+
+
+def test_a_written_wds_index_is_checked_too() -> None:
+    entry = {"name": "../x.tar", "bytes": 10, "etag": None, "samples": 1, "extensions": ["cls"], "largest": 1,
+             "tar_bytes": 10}
+    with pytest.raises(IndexFormatError, match=r"'\.\./x\.tar'"):
+        load_tars(json.dumps({"version": 1, "format": "webdataset", "files": [entry]}).encode(), "index.wds.json")
 
 
 def _index(basename: str) -> bytes:
