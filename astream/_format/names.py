@@ -12,10 +12,13 @@ and the error names the place (the index field, the listed URL, the parameter).
 from __future__ import annotations
 
 import os
+from typing import TypeVar
 
-from astream.errors import ConfigError
+from astream.errors import ConfigError, IndexFormatError
 
-__all__ = ["check_split", "unsafe_name"]
+__all__ = ["check_split", "checked_listing", "unsafe_name"]
+
+T = TypeVar("T")
 
 
 def unsafe_name(name: object, max_parts: int | None = None) -> str | None:
@@ -56,3 +59,24 @@ def check_split(split: object) -> None:
     if why is not None:
         raise ConfigError(f"split={split!r} {why}; a split is a sub-folder of remote and local, "
                           "like 'train' or 'val'")
+
+
+def checked_listing(url: str, entries: list[tuple[str, T]]) -> list[tuple[str, T]]:
+    """``entries`` sorted by name, once every name is a safe relative path under ``url``.
+
+    The one check of listed names, where they enter: a key ``../../escape.tar`` would
+    otherwise become a cache path outside the cache (a WebDataset scan's copy, the
+    folders ``astream index`` makes).
+
+    Raises:
+        IndexFormatError: a name is absolute, has an empty, ``.`` or ``..`` component, a
+            NUL or a backslash (the whole listing is refused: nothing was fetched yet).
+    """
+    for name, _ in entries:
+        why = unsafe_name(name)
+        if why is not None:
+            raise IndexFormatError(
+                f"{url}: the listing names {name!r}, which {why}; astream reads only objects whose names are "
+                "safe relative paths: rename or remove that object"
+            )
+    return sorted(entries, key=lambda entry: entry[0])

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Protocol, TypeVar
 
 from astream._checks import check_int
-from astream._format.names import unsafe_name
 from astream._resource import AsyncResource
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
@@ -31,7 +30,6 @@ from astream.errors import (
     ConfigError,
     DownloadError,
     DownloadTimeout,
-    IndexFormatError,
     RangeNotSupportedError,
     StorageError,
     UploadError,
@@ -49,7 +47,6 @@ __all__ = [
     "check_content_range",
     "check_range",
     "check_remote_size",
-    "checked_listing",
     "range_past_end",
     "with_retries",
 ]
@@ -274,7 +271,7 @@ class Storage(AsyncResource, abc.ABC):
     async def list_objects(self, url: str) -> list[tuple[str, ObjectInfo]]:
         """Every object under the folder or prefix ``url``, by name relative to it (``a/b.parquet``).
 
-        A backend returns its listing through :func:`checked_listing`: the names are
+        A backend returns its listing through :func:`~astream._format.names.checked_listing`: the names are
         someone else's (a bucket's keys), and the callers join them into cache paths.
 
         Raises:
@@ -319,27 +316,6 @@ class Storage(AsyncResource, abc.ABC):
 
     def _unclosed(self) -> bool:
         return bool(getattr(self, "_needs_close", False) and not getattr(self, "_closed", True))
-
-
-def checked_listing(url: str, entries: list[tuple[str, ObjectInfo]]) -> list[tuple[str, ObjectInfo]]:
-    """``entries`` sorted by name, once every name is a safe relative path under ``url``.
-
-    The one check of listed names, where they enter: a key ``../../escape.tar`` would
-    otherwise become a cache path outside the cache (a WebDataset scan's copy, the
-    folders ``astream index`` makes).
-
-    Raises:
-        IndexFormatError: a name is absolute, has an empty, ``.`` or ``..`` component, a
-            NUL or a backslash (the whole listing is refused: nothing was fetched yet).
-    """
-    for name, _ in entries:
-        why = unsafe_name(name)
-        if why is not None:
-            raise IndexFormatError(
-                f"{url}: the listing names {name!r}, which {why}; astream reads only objects whose names are "
-                "safe relative paths: rename or remove that object"
-            )
-    return sorted(entries)
 
 
 def check_remote_size(url: str, total: int, size: int | None) -> None:

@@ -17,13 +17,13 @@ from urllib.parse import unquote, urlsplit
 import aiofiles
 import aiofiles.os
 
+from astream._format.names import checked_listing
 from astream._storage.base import (
     ObjectInfo,
     Storage,
     TransferEvents,
     Transient,
     check_range,
-    checked_listing,
     range_past_end,
     with_retries,
 )

@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from astream._format.names import checked_listing
 from astream._storage.base import (
     ObjectInfo,
     Storage,
@@ -35,7 +36,6 @@ from astream._storage.base import (
     check_content_range,
     check_range,
     check_remote_size,
-    checked_listing,
     range_past_end,
     with_retries,
 )

@@ -15,8 +15,8 @@ from hostile import small_tar
 from astream import LocalDataset, StreamingDataset
 from astream._cache.wds_index import load_tars
 from astream._format.index import Index
-from astream._format.names import unsafe_name
-from astream._storage.base import ObjectInfo, checked_listing
+from astream._format.names import checked_listing, unsafe_name
+from astream._storage.base import ObjectInfo
 from astream.cli import main as cli
 from astream.errors import ConfigError, IndexFormatError
 
