@@ -22,12 +22,13 @@ from collections.abc import Sequence
 from astream._cache.durability import BackgroundSync
 from astream._cache.install import temp_name
 from astream._format.files import save_rebuildable
-from astream._format.index import INDEX_NAME, Index, ShardInfo
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index, ShardInfo
 from astream._format.names import unsafe_name
 from astream._format.webdataset import BIG_MEMBER, GZ_SUFFIXES, TAR_SUFFIXES, TarSummary, scan_tar, tar_entry
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.sink import read_limited
 from astream.errors import IndexFormatError, LayoutWarning, RemoteNotFoundError, UsageError
 
 __all__ = ["WDS_INDEX", "build_wds_index", "dump_tars", "load_wds_index", "scan_tars"]
@@ -170,7 +171,7 @@ async def load_wds_index(local: str, remote: str, split: str | None, pool: Stora
     loop = asyncio.get_running_loop()
     written = join_url(root, WDS_INDEX)
     try:
-        entries = load_tars(await storage.read_bytes(written), written)
+        entries = load_tars(await read_limited(storage, written, MAX_INDEX_BYTES), written)
     except RemoteNotFoundError:
         cached_path = os.path.join(local_root, WDS_INDEX)
         known = await loop.run_in_executor(None, _read_cached, cached_path)

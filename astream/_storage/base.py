@@ -292,16 +292,20 @@ class Storage(AsyncResource, abc.ABC):
         """
 
     async def fetch(
-        self, url: str, local_path: str, *, size: int | None = None, executor: Executor | None = None
+        self, url: str, local_path: str, *, size: int | None = None, executor: Executor | None = None,
+        limit: int | None = None,
     ) -> int:
         """Download ``url`` to ``local_path`` atomically (temporary file, fsync, rename).
+
+        Args:
+            limit: refuse (``DownloadError``) an object of more bytes, as they arrive.
 
         Returns:
             The number of bytes written. On failure no file (and no temporary) is left.
         """
         folder = os.path.dirname(local_path) or "."
         await asyncio.get_running_loop().run_in_executor(executor, lambda: os.makedirs(folder, exist_ok=True))
-        sink = FileSink(local_path, executor)
+        sink = FileSink(local_path, executor, limit=limit, name=url)
         try:
             await self.fetch_into(url, sink, size=size)
             await sink.commit()
