@@ -24,7 +24,7 @@ import zstandard
 
 from astream.errors import CompressionError, MissingExtraError
 
-__all__ = ["WINDOW", "Codec", "StreamDecoder", "get_codec", "is_supported"]
+__all__ = ["WINDOW", "Codec", "StreamDecoder", "get_codec"]
 
 # The most output a decoder holds before handing it on: small enough to stay in a core's
 # L2 cache (and under malloc's mmap threshold), large enough that each write costs little.
@@ -95,20 +95,18 @@ class Codec:
             return bytes(_brotli().compress(data, quality=self.level))
         return bytes(_snappy().compress_raw(data))
 
-    def decompress(self, data: Buffer, *, size: int, name: str = "<bytes>") -> bytearray:
-        """Decompress ``data``, which must decode to exactly ``size`` bytes (index.json's).
+    def decompress(self, data: Buffer, *, size: int, name: str = "<bytes>") -> bytes | bytearray:
+        """Decompress ``data`` (``name`` for messages) to exactly ``size`` bytes, index.json's.
 
-        Decoded in bounded steps (:class:`StreamDecoder`): a file that expands past ``size``
-        stops there, so what it costs is what the index declares, never what it claims.
-
-        Args:
-            data: the stored bytes.
-            size: the decompressed size index.json records.
-            name: the file or URL, for messages.
+        In bounded steps (:class:`StreamDecoder`): a file that expands past ``size`` stops
+        there, so it costs what the index declares, never what it expands to.
 
         Raises:
             CompressionError: the bytes are not valid for this codec, or decode to another size.
         """
+        whole = self._whole(data, size)
+        if whole is not None:
+            return whole
         out = bytearray()
         decoder = StreamDecoder(self, out.extend, limit=size, name=name)
         decoder.decode(data)
@@ -117,6 +115,25 @@ class Codec:
             raise CompressionError(f"{name}: decompresses to {len(out)} bytes, index.json says {size}; the file "
                                    "is corrupt or stale: delete it so it is fetched again")
         return out
+
+    def _whole(self, data: Buffer, size: int) -> bytes | bytearray | None:
+        """The complete decode in one call, tried first where the stored bytes themselves say
+        they decode to exactly ``size`` (a zstd frame's content size, a snappy block's
+        length): one buffer of the declared size, written in place. None: decode in steps
+        (another size, several frames, or an error, which the steps then report)."""
+        view = memoryview(data)
+        try:
+            if self.family == "zstd" and zstandard.frame_content_size(view) == size:
+                decoder = zstandard.ZstdDecompressor(max_window_size=_zstd_window(size))
+                return decoder.decompress(view, allow_extra_data=False)
+            if self.family == "snappy" and _snappy_length(bytes(view[:5]), "") == size:
+                out = bytearray(size)
+                return out if _snappy().decompress_raw_into(view, out) == size else None
+        except MissingExtraError:
+            raise
+        except Exception:  # zstd's and cramjam's errors: the steps say what is wrong
+            return None
+        return None
 
     def stream_decoder(self, emit: Callable[[Output], object], limit: int | None,
                        name: str = "<bytes>") -> StreamDecoder:
@@ -128,11 +145,9 @@ class StreamDecoder:
     """Sans-I/O incremental decoder that hands its output to ``emit`` in bounded windows.
 
     Every codec decodes in steps of at most :data:`WINDOW` bytes of output (zstd through
-    its stream writer, gz, bz2 and br by the output bound of each library's call; a
-    snappy raw block declares its length first, checked before it is decoded), so memory
-    never holds more than a window of output that has not reached ``emit``. Output past
-    ``limit`` is refused as soon as it would be produced: a bomb costs the size the index
-    declares, not the size it expands to.
+    its stream writer, gz, bz2 and br by each library's output bound; a snappy block's
+    declared length is checked before it is decoded). Output past ``limit`` is refused as
+    soon as it would be produced: a bomb costs the size the index declares.
 
     Args:
         codec: the codec of the input.
@@ -158,11 +173,8 @@ class StreamDecoder:
         self._done = False  # bz2: the bytes after the last stream are not one (ignored)
         family = codec.family
         if family == "zstd":
-            # The frame names its window, which the decoder allocates: no larger than the
-            # output needs (8 MiB at least: what level 19 writes when it cannot know the
-            # size), at most zstd's own default limit (128 MiB).
-            window = _ZSTD_MAX_WINDOW if limit is None else max(_ZSTD_MIN_WINDOW, min(_ZSTD_MAX_WINDOW, limit))
-            self._obj = zstandard.ZstdDecompressor(max_window_size=1 << (window - 1).bit_length()).stream_writer(
+            # The frame names its window, which the decoder allocates: bounded by the output.
+            self._obj = zstandard.ZstdDecompressor(max_window_size=_zstd_window(limit)).stream_writer(
                 _Window(self), write_size=WINDOW, write_return_read=True, closefd=False  # type: ignore[arg-type]
             )
         elif family == "gz":
@@ -330,6 +342,14 @@ class _Window:
         return len(data)
 
 
+def _zstd_window(limit: int | None) -> int:
+    """The largest window a frame may ask for: what ``limit`` bytes of output need (a power
+    of two), 8 MiB at least (what level 19 writes when it cannot know the size), at most
+    zstd's own default limit (128 MiB)."""
+    window = _ZSTD_MAX_WINDOW if limit is None else max(_ZSTD_MIN_WINDOW, min(_ZSTD_MAX_WINDOW, limit))
+    return 1 << (window - 1).bit_length()
+
+
 def _snappy_length(buf: bytes | bytearray, name: str) -> int | None:
     """The length a snappy raw block declares (its varint preamble), or None if not all here."""
     value = 0
@@ -372,11 +392,3 @@ def get_codec(algo: str) -> Codec:
         raise CompressionError(f"compression level in {algo!r} must be an integer in {low}..{high}")
     return Codec(algo, family, level)
 
-
-def is_supported(algo: str) -> bool:
-    """True if ``algo`` parses (the extra it needs may still be missing)."""
-    try:
-        get_codec(algo)
-    except CompressionError:
-        return False
-    return True

@@ -72,6 +72,9 @@ def test_several_members_and_streams() -> None:
     assert _decode("gz", gz, len(joined), 5000)[0] == joined == gzip.decompress(gz)
     bz = b"".join(bz2.compress(p) for p in parts) + b"not a stream"  # bz2's rule: ignored
     assert _decode("bz2", bz, len(joined), 5000)[0] == joined == bz2.decompress(bz)
+    frames = [get_codec("zstd").compress(p) for p in parts]  # the first frame's size is not the whole's
+    assert get_codec("zstd").decompress(b"".join(frames), size=len(joined)) == joined
+    assert get_codec("zstd").decompress(frames[0], size=len(parts[0])) == parts[0]  # one frame: one call
 
 
 @settings(max_examples=30, deadline=None)
