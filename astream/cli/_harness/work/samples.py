@@ -1,0 +1,47 @@
+"""The samples of the benchmarks' datasets, one pure function of (shape, index).
+
+Written by astream's ``MDSWriter`` in the driver, and by ``litdata.optimize`` in LitData's
+interpreter (:func:`lit_convert`): the same samples for every library.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+__all__ = ["COLUMNS", "lit_convert", "sample"]
+
+WORDS = ("alpha", "beta", "gamma", "delta", "epsilon", "zeta")
+# shape -> MDS columns. records: the "many small records" case (~1 KB); arrays: ~100 KB
+# float32 arrays; zstd: compressible 4 KB records (small integers compress ~3-4x, as token
+# or label arrays do), stored zstd.
+COLUMNS = {
+    "records": {"id": "int", "name": "str", "payload": "bytes"},
+    "arrays": {"id": "int", "x": "ndarray:float32:25600"},
+    "zstd": {"id": "int", "x": "ndarray:uint8:4096"},
+}
+
+
+def sample(shape: str, i: int) -> dict[str, Any]:
+    """Sample ``i`` of a dataset of ``shape``."""
+    import numpy as np
+
+    if shape == "records":
+        return {"id": i, "name": " ".join(WORDS[(i + k) % 6] for k in range(3)),
+                "payload": np.random.default_rng(i).bytes(900)}
+    if shape == "arrays":
+        return {"id": i, "x": np.full(25600, i % 1000, np.float32)}
+    return {"id": i, "x": np.random.default_rng(i).integers(0, 16, 4096, dtype=np.uint8)}
+
+
+def _lit_sample(i: int) -> dict[str, Any]:
+    return sample(os.environ["ASTREAM_BENCH_SHAPE"], i)  # (LitData's workers inherit the environment)
+
+
+def lit_convert(shape: str, count: int, out: str) -> dict[str, Any]:
+    """The same samples in LitData's own format (``litdata.optimize``, 32 MB chunks)."""
+    import litdata
+
+    os.environ["ASTREAM_BENCH_SHAPE"] = shape
+    litdata.optimize(fn=_lit_sample, inputs=list(range(count)), output_dir=out, chunk_bytes="32MB", num_workers=1)
+    return {}
