@@ -18,7 +18,7 @@ from pathlib import Path
 
 from astream.cli._harness.work.samples import COLUMNS, sample
 
-__all__ = ["count", "mds", "parquet", "stored_bytes", "tars"]
+__all__ = ["count", "lit", "mds", "parquet", "stored_bytes", "tars"]
 
 
 def _fresh(out: Path, spec: str) -> bool:
@@ -51,6 +51,20 @@ def mds(data: Path, name: str, shape: str, samples: int, size_limit: str = "64mb
                    exist_ok=True) as writer:
         for i in range(samples):
             writer.write(sample(shape, i))
+    return _done(out, spec)
+
+
+def lit(data: Path, name: str, shape: str, samples: int, python: str) -> Path:
+    """The samples of :func:`mds` in LitData's own format (``litdata.optimize`` in its
+    interpreter ``python``)."""
+    from astream.cli._harness.proc import code_env, run_children
+
+    out = data / "bucket" / name
+    spec = f"lit-{shape}-{samples}-v1"
+    if _fresh(out, spec):
+        return out
+    run_children(python, "samples", "lit_convert", {"shape": shape, "count": samples, "out": str(out)},
+                 [code_env(dict(os.environ), None, None)], str(data), f"litdata.optimize of {name}")
     return _done(out, spec)
 
 
@@ -106,14 +120,12 @@ def tars(data: Path, name: str, count: int = 8, samples: int = 4000, size: int =
 
 
 def count(folder: Path) -> int:
-    """Samples (rows) in a dataset, from its index.json."""
+    """Samples in an MDS dataset, from its index.json."""
     index = json.loads((folder / "index.json").read_text())
     return sum(int(s["samples"]) for s in index["shards"])
 
 
 def stored_bytes(folder: Path) -> int:
-    """Bytes of the dataset's stored files (what a cold epoch transfers, index.json aside)."""
+    """Bytes of an MDS dataset's stored shards (what a cold epoch transfers, index.json aside)."""
     index = json.loads((folder / "index.json").read_text())
-    names = {s["source"]["file"] if s.get("source") else (s.get("zip_data") or s["raw_data"])["basename"]
-             for s in index["shards"]}
-    return sum(os.path.getsize(folder / n) for n in names)
+    return sum(os.path.getsize(folder / (s.get("zip_data") or s["raw_data"])["basename"]) for s in index["shards"])

@@ -15,16 +15,17 @@ PARQUET_BATCH = 256
 WDS_BATCH = 256
 
 
-def _files(remote: str) -> list[str]:
-    """A folder's Parquet files (or, for a URL, the names listed in the index beside them)."""
+def _files(remote: str, suffix: str = ".parquet") -> list[str]:
+    """A folder's files of ``suffix`` (for a URL, those the index beside them lists, as
+    ``astream index`` wrote it: a web server cannot list)."""
     if "://" not in remote:
-        return sorted(os.path.join(remote, n) for n in os.listdir(remote) if n.endswith(".parquet"))
+        return sorted(os.path.join(remote, n) for n in os.listdir(remote) if n.endswith(suffix))
     import json
     import urllib.request
 
-    with urllib.request.urlopen(f"{remote}/index.json") as resp:
-        shards = json.load(resp)["shards"]
-    return sorted({f"{remote}/{s['source']['file']}" for s in shards})
+    index = "index.parquet.json" if suffix == ".parquet" else "index.wds.json"
+    with urllib.request.urlopen(f"{remote}/{index}") as resp:
+        return sorted(f"{remote}/{f['name']}" for f in json.load(resp)["files"])
 
 
 def _astream(remote: str, cache: str, what: str, total: int, fmt: str, batch: int) -> dict[str, float]:
@@ -195,17 +196,8 @@ def webdataset(lib: str, remote: str, cache: str, what: str, total: int, repeats
         else:
             import webdataset as wds
 
-            if "://" in remote:
-                import json
-                import urllib.request
-
-                with urllib.request.urlopen(f"{remote}/index.json") as resp:
-                    names = sorted({s["source"]["file"] for s in json.load(resp)["shards"]})
-                urls = [f"{remote}/{n}" for n in names]
-            else:
-                urls = sorted(os.path.join(remote, n) for n in os.listdir(remote) if n.endswith(".tar"))
             start, n = time.perf_counter(), 0
-            for batch in wds.WebDataset(urls, shardshuffle=False).batched(WDS_BATCH, partial=True):
+            for batch in wds.WebDataset(_files(remote, ".tar"), shardshuffle=False).batched(WDS_BATCH, partial=True):
                 n += len(batch["__key__"])
             if n != total:
                 raise AssertionError(f"{n} samples, not {total}")

@@ -91,8 +91,8 @@ def stream(lib: str, remote: str | None, local: str, batch: int = BATCH, workers
            canonical_nodes: int | None = None, epoch_size: int | None = None) -> dict[str, Any]:
     """``epochs`` epochs of one library's loader (``how="loader"``) or of ``for sample in ds``
     (``"iter"``). The first epoch counts from before the dataset's construction (a cold cache's
-    downloads and the workers' start included; imports apart, in ``import_s``), after a pause
-    of ``pause_s`` (the program building its model) when one is given; the later ones each
+    downloads and the workers' start included; imports apart, in ``import_s``), or from the end
+    of a pause of ``pause_s`` (the program building its model) when one is given; the later ones each
     from their own start. ``resume``: start at that sample of the epoch (a state dict loaded
     into the fresh loader) and stop at the first batch."""
     wall0 = time.time()
@@ -111,7 +111,7 @@ def stream(lib: str, remote: str | None, local: str, batch: int = BATCH, workers
         time.sleep(pause_s)
         paused = {"paused_s": time.perf_counter() - start}
     count = length if how == "loader" else (lambda _: 1)
-    runs = [_epoch(items, count, start, bool(resume))]
+    runs = [_epoch(items, count, time.perf_counter() if pause_s else start, bool(resume))]
     runs += [_epoch(items, count, time.perf_counter(), False) for _ in range(epochs - 1)]
     close()
     return {"import_s": import_s, "built_s": built_s, "wall0": wall0, "epochs": runs, **paused}
