@@ -85,7 +85,7 @@ def main() -> None:
             "zstd": ("zstd", args.zstd_mb * 1_000_000 // 4_110, "64mb")}
     folders = {n: data.mds(bench.data, n, shape, int(count * args.scale), limit)
                for n, (shape, count, limit) in sets.items() if n in args.only}
-    with Server(bench.data) as server:
+    with Server(bench.data, args.bandwidth) as server:
         for name, folder in folders.items():
             resume = int(data.count(folder) * 0.9) // BATCH * BATCH
             for mode in args.modes:

@@ -52,7 +52,7 @@ def main() -> None:
     bench = Bench("loader", args)
     folders = {n: data.mds(bench.data, n, shape, int(count * args.scale)) for n, (shape, count) in SETS.items() if n in args.only}
     hows = [(h, w) for h in args.hows for w in (args.workers if h == "loader" else [0])]
-    with Server(bench.data) as server:
+    with Server(bench.data, args.bandwidth) as server:
         for (name, folder), cache, (how, workers), lib in itertools.product(
                 folders.items(), args.caches, hows, args.libs):
             remote: str | None = None if cache == "warm" else str(folder)

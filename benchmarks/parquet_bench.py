@@ -57,7 +57,7 @@ def main() -> None:
     rows_per_group = max(1, int(args.rows * args.scale))
     folder = data.parquet(bench.data, "parquet", args.files, args.groups, rows_per_group)
     total = args.files * args.groups * rows_per_group
-    with Server(bench.data) as server:
+    with Server(bench.data, args.bandwidth) as server:
         for via in args.via:
             for what in args.what:
                 for lib in args.libs:

@@ -41,6 +41,8 @@ def parser(doc: str, name: str, libs: Sequence[str] = (), runs: int = 3) -> argp
                    "commit of this repository), each round a process per side, in alternating order")
     p.add_argument("--head", metavar="REF", help="the B side of the A/B (default: this checkout)")
     p.add_argument("--scale", type=float, default=1.0, help="datasets this many times their size (a smoke run: 0.05)")
+    p.add_argument("--bandwidth", type=float, metavar="B", help="throttle the loopback server (where there is one) "
+                   "to B bytes per second, one link shared by every response")
     p.add_argument("-q", "--quiet", action="store_true", help="no progress bar")
     if libs:
         p.add_argument("--libs", nargs="*", default=list(libs), choices=list(libs),
