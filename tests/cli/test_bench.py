@@ -2,11 +2,18 @@
 
 from __future__ import annotations
 
+import argparse
 import json
+import shutil
 from pathlib import Path
 
+import pytest
 from clikit import NUM_SAMPLES, Run, assert_one_line_error
 
+from astream.cli._harness import checkouts
+from astream.cli._harness.bench import Bench, Metric
+from astream.cli._harness.compare import largest
+from astream.cli._output import CommandError
 from astream.testing import LoopbackServer
 
 
@@ -69,3 +76,87 @@ def test_bench_errors(cli: Run, main: Run, dataset: Path) -> None:
                               "absent/index.json")
         (dataset / "index.json").write_text('{"version": 2, "shards": 7}')
         assert_one_line_error(main("bench", server.url), 1, "index.json", "shards")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_compare_quick_against_astream_alone(main: Run, dataset: Path, tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    result = main("bench", "compare", "--quick", "--data", str(dataset), "--out", str(out), "--peers",
+                  "--work", str(tmp_path / "work"))
+    assert result.returncode == 0, result.stderr
+    assert "| your dataset, warm, 0 workers (samples/s) |" in result.stdout
+    lines = [json.loads(line) for line in (out / "results.jsonl").read_text().splitlines()]
+    assert lines[0]["kind"] == "machine"
+    runs = [line for line in lines if line["kind"] == "run"]
+    assert {r["side"] for r in runs} == {"astream", "raw"}  # no peer, the transfer floor
+    for r in runs:
+        if r["side"] == "astream" and r["config"]["group"] == "warm":
+            assert r["result"]["epochs"][0]["samples"] == NUM_SAMPLES  # every sample, in a fresh process
+            assert r["proc"]["peak_rss_mb"] > 10
+            assert r["code"] == str(Path(__file__).resolve().parents[2])  # this checkout's astream
+    summary = lines[-1]
+    assert summary["kind"] == "compare"
+    assert summary["peers"] == []
+    rows = {row["what"]: row for row in summary["rows"]}
+    warm = rows["your dataset, warm, 2 workers"]
+    assert warm["values"]["astream"] > 0
+    assert warm["faster_peer"] is None
+    assert rows["your dataset, cold over loopback: the epoch"]["floor"] > 0
+    assert 0 < rows["your dataset, cold: resume at 90 %, first batch"]["values"]["astream"] < 60
+    pytest.importorskip("matplotlib")
+    assert summary["charts"] == [str(out / "throughput.png"), str(out / "cold.png")]
+    for chart in summary["charts"]:
+        assert Path(chart).read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_bench_compare_errors(main: Run, tmp_path: Path) -> None:
+    assert_one_line_error(main("bench", "compare", "--data", str(tmp_path / "absent")), 2, "no such folder")
+    assert_one_line_error(main("bench", "compare", "--data", str(tmp_path), "--out", str(tmp_path / "o")), 2,
+                          "no index.json")
+    assert_one_line_error(main("bench", "compare", "--workers", "0"), 2, "--workers")
+
+
+def test_the_accelerator_search_finds_the_largest_passing_n() -> None:
+    for limit in range(0, 40):
+        tried: list[int] = []
+
+        def passes(n: int, limit: int = limit, tried: list[int] = tried) -> bool:
+            tried.append(n)
+            return n <= limit
+
+        assert largest(passes, 32) == min(limit, 32)
+        assert len(tried) == len(set(tried))  # never the same N twice
+        assert len(tried) <= 12
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_paired_ab_runs_each_side_from_its_own_checkout(dataset: Path, tmp_path: Path) -> None:
+    base = tmp_path / "base"
+    shutil.copytree(Path(checkouts.THIS) / "astream", base / "astream")
+    args = argparse.Namespace(runs=2, data=str(tmp_path / "data"), json=str(tmp_path / "ab.jsonl"), base=str(base),
+                              head=None, quiet=True)
+    bench = Bench("ab", args)
+    bench.add({"case": 1}, "astream", "mds", "stream", {"lib": "astream", "remote": str(dataset), "local": "{cache}"})
+    records = bench.run()
+    assert [(r["round"], r["side"]) for r in records] == [(0, "astream"), (0, "base"), (1, "base"), (1, "astream")]
+    assert {r["side"]: r["code"] for r in records} == {"astream": checkouts.THIS, "base": str(base)}
+    assert all(r["result"]["epochs"][0]["samples"] == NUM_SAMPLES for r in records)
+    bench.report_ab([Metric("samples/s", lambda r: r["result"]["epochs"][0]["samples"])])
+    lines = [json.loads(line) for line in (tmp_path / "ab.jsonl").read_text().splitlines()]
+    assert [line["kind"] for line in lines] == ["machine", "run", "run", "run", "run", "summary"]
+    assert lines[-1]["rows"][0][4] == "1.000x"  # the same samples on both sides
+
+
+def test_a_base_is_a_checkout_or_a_commit(tmp_path: Path) -> None:
+    with pytest.raises(CommandError, match=r"no astream/__init__\.py"):
+        checkouts.resolve(str(tmp_path), tmp_path)
+    if not (Path(checkouts.THIS) / ".git").exists():
+        pytest.skip("not a git checkout")
+    with pytest.raises(CommandError, match="rev-parse"):
+        checkouts.resolve("no-such-ref-anywhere", tmp_path)
+    extracted = Path(checkouts.resolve("HEAD", tmp_path))
+    assert (extracted / "astream" / "__init__.py").is_file()
+    assert extracted.parent == tmp_path / "checkouts"
+    assert checkouts.resolve("HEAD", tmp_path) == str(extracted)  # extracted once

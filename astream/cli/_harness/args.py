@@ -10,7 +10,7 @@ from pathlib import Path
 
 from astream.cli._harness.peers import PEERS
 
-__all__ = ["data_folder", "parser"]
+__all__ = ["data_folder", "parser", "peer_python_arg"]
 
 
 def data_folder(name: str) -> Path:
@@ -20,7 +20,8 @@ def data_folder(name: str) -> Path:
     return Path(root) / name
 
 
-def _peer_python(value: str) -> tuple[str, str]:
+def peer_python_arg(value: str) -> tuple[str, str]:
+    """``--peer-python NAME=PATH`` (a bare PATH: mosaicml's) as ``(name, path)``."""
     name, sep, path = value.partition("=")
     if not sep:  # a bare path: mosaicml-streaming's, as the benchmarks always took it
         return "mosaicml", value
@@ -47,7 +48,7 @@ def parser(doc: str, name: str, libs: Sequence[str] = (), runs: int = 3) -> argp
     if libs:
         p.add_argument("--libs", nargs="*", default=list(libs), choices=list(libs),
                        help="which libraries (peers run where their interpreter is found)")
-        p.add_argument("--peer-python", action="append", type=_peer_python, metavar="NAME=PATH",
+        p.add_argument("--peer-python", action="append", type=peer_python_arg, metavar="NAME=PATH",
                        help=f"a peer's interpreter ({', '.join(PEERS)}; a bare PATH is mosaicml's); else from "
                        "the environment (ASTREAM_PEER_PYTHON, ...) or the peers' folder")
         p.add_argument("--install-peers", nargs="*", default=[], choices=list(PEERS), metavar="PEER",

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from astream.cli._harness import checkouts, peers
 from astream.cli._harness.proc import code_env, run_children
@@ -58,8 +58,8 @@ class Metric:
 class Case:
     """What one side of one configuration runs: ``module.function(**params)`` of the
     workloads, in ``ranks`` processes started together. A parameter ``"{cache}"`` becomes a
-    fresh, empty folder for each run (shared by its ranks), removed afterwards; ``envs``
-    (one a rank) are added to the environment."""
+    fresh, empty folder for each run (shared by its ranks), ``"{run}"`` the run's own folder
+    (its ``TMPDIR``), both removed afterwards; ``env`` is added to the environment."""
 
     config: dict[str, Any]
     side: str
@@ -90,7 +90,9 @@ class Bench:
         self.quiet = bool(getattr(args, "quiet", False))
         self.data = Path(args.data)
         self.data.mkdir(parents=True, exist_ok=True)
-        self.scratch = Path(tempfile.mkdtemp(prefix=f"{name}-", dir=self.data))
+        # The runs' caches and TMPDIRs: in the temp dir, whose short path leaves room for the
+        # Unix sockets made under TMPDIR (a data folder can be deep).
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"astream-{name}-"))
         self.pycache = str(self.data / "pycache")
         self.codes = {"astream": checkouts.resolve(args.head, self.data.parent) if args.head else checkouts.THIS}
         if args.base:
@@ -104,7 +106,7 @@ class Bench:
             self.pythons[peer] = found
         self.cases: list[Case] = []
         self.records: list[dict[str, Any]] = []
-        self._out: IO[str] | None = open(args.json, "a") if getattr(args, "json", None) else None  # noqa: SIM115
+        self._json: str | None = getattr(args, "json", None)
         self._write({"kind": "machine", "bench": name, "time": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                      "cpus": os.cpu_count(), "python": sys.version.split()[0], "platform": platform.platform(),
                      "load": os.getloadavg(), "codes": self.codes, "commit": self._commit()})
@@ -116,9 +118,9 @@ class Bench:
         return done.stdout.strip() or None
 
     def _write(self, obj: dict[str, Any]) -> None:
-        if self._out is not None:
-            self._out.write(json.dumps(obj) + "\n")
-            self._out.flush()
+        if self._json is not None:
+            with open(self._json, "a") as f:  # a line at a time: what ran is kept if a later run fails
+                f.write(json.dumps(obj) + "\n")
 
     def has(self, side: str) -> bool:
         """Whether ``side`` can run: a peer's interpreter was found, the base was given."""
@@ -135,17 +137,19 @@ class Bench:
                 self.cases.append(Case(dict(config), s, module, function, dict(params), dict(env or {}), ranks))
 
     def _launch(self, case: Case, round_: int) -> dict[str, Any]:
+        self.scratch.mkdir(exist_ok=True)
         run_dir = Path(tempfile.mkdtemp(prefix=f"{case.side}-", dir=self.scratch))
         cache = run_dir / "cache"
         cache.mkdir()
-        params = {k: str(cache) if v == "{cache}" else v for k, v in case.params.items()}
+        places = {"{cache}": str(cache), "{run}": str(run_dir)}
+        params = {k: places.get(v, v) if isinstance(v, str) else v for k, v in case.params.items()}
         root = self.codes.get(case.side, self.codes["astream"]) if case.side not in peers.PEERS else None
         python = self.pythons.get(case.side) or sys.executable
         base_env = code_env({**os.environ, **case.env, "TMPDIR": str(run_dir)}, root, self.pycache)
         envs = [base_env] if case.ranks == 1 else [
             {**base_env, "RANK": str(r), "WORLD_SIZE": str(case.ranks), "LOCAL_RANK": str(r),
              "LOCAL_WORLD_SIZE": str(case.ranks), "ASTREAM_RUN_ID": f"{self.name}-{run_dir.name}",
-             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(20000 + os.getpid() % 20000)}
+             "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(20000 + (os.getpid() + len(self.records)) % 20000)}
             for r in range(case.ranks)]
         what = f"{self.name} {case.side} {case.config}"
         try:
@@ -160,6 +164,16 @@ class Bench:
         record = {"kind": "run", "bench": self.name, "config": case.config, "side": case.side, "round": round_,
                   "code": code, "result": results[0] if case.ranks == 1 else results, "proc": figures}
         self._write(record)
+        return record
+
+    def once(self, config: dict[str, Any], side: str, module: str, function: str, params: dict[str, Any],
+             env: dict[str, str] | None = None, ranks: int = 1) -> dict[str, Any]:
+        """Run one case now (a step of a search, such as the accelerators'); its record."""
+        case = Case(dict(config), side, module, function, dict(params), dict(env or {}), ranks)
+        self.cases.append(case)
+        record = self._launch(case, 0)
+        self.records.append(record)
+        shutil.rmtree(self.scratch, ignore_errors=True)
         return record
 
     def run(self) -> list[dict[str, Any]]:

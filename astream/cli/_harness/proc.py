@@ -103,7 +103,9 @@ def _parse(out: str, err: str, what: str, code: int) -> dict[str, Any]:
     # Some peers' interpreters abort on the way out (a native thread at shutdown) after the
     # result line: the line counts, the exit code does not.
     if not lines:
-        raise ChildFailed(f"{what} failed (exit {code}): {err.strip()[-3000:] or out.strip()[-3000:]}")
+        tail = (err.strip() or out.strip())[-3000:]
+        last = tail.splitlines()[-1] if tail else "no output"
+        raise ChildFailed(f"{what} failed (exit {code}): {last}\n{tail}")
     got: dict[str, Any] = json.loads(lines[-1][len(work.MARK):])
     return got
 

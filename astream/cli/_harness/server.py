@@ -62,6 +62,8 @@ class Server:
             except subprocess.TimeoutExpired:
                 self._proc.kill()
                 self._proc.wait()
+        if self._proc.stdout is not None:
+            self._proc.stdout.close()
 
     def __enter__(self) -> Server:
         return self
