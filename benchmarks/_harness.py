@@ -8,5 +8,6 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from astream.cli._harness import Bench, Metric, Server, data, fmt, parser, ratio
+from astream.cli._harness.au import busy, largest
 
-__all__ = ["Bench", "Metric", "Server", "data", "fmt", "parser", "ratio"]
+__all__ = ["Bench", "Metric", "Server", "busy", "data", "fmt", "largest", "parser", "ratio"]

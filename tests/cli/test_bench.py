@@ -11,8 +11,8 @@ import pytest
 from clikit import NUM_SAMPLES, Run, assert_one_line_error
 
 from astream.cli._harness import checkouts
+from astream.cli._harness.au import largest
 from astream.cli._harness.bench import Bench, Metric
-from astream.cli._harness.compare import largest
 from astream.cli._output import CommandError
 from astream.testing import LoopbackServer
 

@@ -57,9 +57,9 @@ class Metric:
 @dataclass
 class Case:
     """What one side of one configuration runs: ``module.function(**params)`` of the
-    workloads, in ``ranks`` processes started together. A parameter ``"{cache}"`` becomes a
-    fresh, empty folder for each run (shared by its ranks), ``"{run}"`` the run's own folder
-    (its ``TMPDIR``), both removed afterwards; ``env`` is added to the environment."""
+    workloads, in ``ranks`` processes started together. In a parameter, ``{cache}`` stands for
+    a fresh, empty folder for each run (shared by its ranks) and ``{run}`` for the run's own
+    folder (its ``TMPDIR``), both removed afterwards; ``env`` is added to the environment."""
 
     config: dict[str, Any]
     side: str
@@ -141,8 +141,8 @@ class Bench:
         run_dir = Path(tempfile.mkdtemp(prefix=f"{case.side}-", dir=self.scratch))
         cache = run_dir / "cache"
         cache.mkdir()
-        places = {"{cache}": str(cache), "{run}": str(run_dir)}
-        params = {k: places.get(v, v) if isinstance(v, str) else v for k, v in case.params.items()}
+        params = {k: v.replace("{cache}", str(cache)).replace("{run}", str(run_dir)) if isinstance(v, str) else v
+                  for k, v in case.params.items()}
         root = self.codes.get(case.side, self.codes["astream"]) if case.side not in peers.PEERS else None
         python = self.pythons.get(case.side) or sys.executable
         base_env = code_env({**os.environ, **case.env, "TMPDIR": str(run_dir)}, root, self.pycache)

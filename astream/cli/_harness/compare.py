@@ -17,10 +17,11 @@ from pathlib import Path
 from typing import Any
 
 from astream.cli._harness import data
+from astream.cli._harness.au import busy, largest
 from astream.cli._harness.bench import Bench, Metric, ratio
 from astream.cli._harness.server import Server
 
-__all__ = ["PEERS_OF", "Plan", "Row", "accelerators", "largest", "plan", "rows"]
+__all__ = ["PEERS_OF", "Plan", "Row", "accelerators", "plan", "rows"]
 
 PEERS_OF = {"mds": ("mosaicml", "litdata"), "parquet": ("hf", "litdata"), "wds": ("webdataset",)}
 LABELS = {"small": "~1 KB records", "large": "~100 KB arrays"}
@@ -218,32 +219,14 @@ def rows(bench: Bench, p: Plan) -> list[Row]:
     return out
 
 
-def largest(passes: Callable[[int], bool], max_n: int) -> int:
-    """The largest N <= ``max_n`` that ``passes``: N = 1, 2, 4, ... until one fails, then a
-    bisection between the last pass and the first failure (0 when N = 1 fails)."""
-    best, n, fail = 0, 1, None
-    while n <= max_n:
-        if not passes(n):
-            fail = n
-            break
-        best, n = n, n * 2
-    lo, hi = best, fail or best
-    while fail is not None and hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if passes(mid) else (lo, mid)
-    return lo
-
-
 def _busy(bench: Bench, server: Server, name: str, folder: Path, side: str, n: int, quick: bool) -> bool:
     """One trial: ``n`` accelerators of ``side`` over ``folder``, cold; all >= 90 % busy?"""
     _, _, _, batch, step_s, steps = SETS[name]
     params = {"lib": side, "remote": server.url(folder) if side == "astream" else server.s3(folder),
-              "local": "{cache}", "batch": batch, "workers": 1, "steps": 20 if quick else steps, "step_s": step_s,
-              "barrier": "{run}"}
-    r = bench.once({"group": "au", "dataset": name, "n": n}, side, "mds", "accelerate", params,
-                   server.s3_env() if side == "mosaicml" else None, ranks=n)
-    ranks = r["result"] if isinstance(r["result"], list) else [r["result"]]
-    return bool(min(x["compute_s"] / x["wall_s"] for x in ranks) >= 0.9)
+              "local": "{cache}", "batch": batch, "workers": 1, "steps": 20 if quick else steps, "step_s": step_s}
+    trial = busy(bench, {"group": "au", "dataset": name}, side, n, params,
+                 server.s3_env() if side == "mosaicml" else None)
+    return bool(trial["passed"])
 
 
 def accelerators(bench: Bench, server: Server, p: Plan, max_n: int, quick: bool,

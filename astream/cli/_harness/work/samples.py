@@ -19,6 +19,7 @@ COLUMNS = {
     "records": {"id": "int", "name": "str", "payload": "bytes"},
     "arrays": {"id": "int", "x": "ndarray:float32:25600"},
     "zstd": {"id": "int", "x": "ndarray:uint8:4096"},
+    "fixed": {"id": "int", "score": "float32", "feat": "ndarray:uint8:256"},  # all fixed-size: get_batch vectorises
 }
 
 
@@ -31,6 +32,8 @@ def sample(shape: str, i: int) -> dict[str, Any]:
                 "payload": np.random.default_rng(i).bytes(900)}
     if shape == "arrays":
         return {"id": i, "x": np.full(25600, i % 1000, np.float32)}
+    if shape == "fixed":
+        return {"id": i, "score": i / 3, "feat": np.full(256, i % 251, np.uint8)}
     return {"id": i, "x": np.random.default_rng(i).integers(0, 16, 4096, dtype=np.uint8)}
 
 
