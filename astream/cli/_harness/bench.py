@@ -168,9 +168,9 @@ class Bench:
 
     def once(self, config: dict[str, Any], side: str, module: str, function: str, params: dict[str, Any],
              env: dict[str, str] | None = None, ranks: int = 1) -> dict[str, Any]:
-        """Run one case now (a step of a search, such as the accelerators'); its record."""
+        """Run one case now (a step of a search, such as the accelerators'; not one of
+        :meth:`run`'s cases); its record."""
         case = Case(dict(config), side, module, function, dict(params), dict(env or {}), ranks)
-        self.cases.append(case)
         record = self._launch(case, 0)
         self.records.append(record)
         shutil.rmtree(self.scratch, ignore_errors=True)
@@ -195,10 +195,10 @@ class Bench:
 
     # -- reading the results ---------------------------------------------------------------
     def configs(self) -> list[dict[str, Any]]:
-        """The configurations, in the order they were added."""
+        """The configurations, in the order they were added (those run by :meth:`once` after)."""
         seen: dict[str, dict[str, Any]] = {}
-        for case in self.cases:
-            seen.setdefault(json.dumps(case.config, sort_keys=True), case.config)
+        for config in [c.config for c in self.cases] + [r["config"] for r in self.records]:
+            seen.setdefault(json.dumps(config, sort_keys=True), config)
         return list(seen.values())
 
     def values(self, config: dict[str, Any], side: str, metric: Metric) -> list[float]:

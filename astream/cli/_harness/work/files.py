@@ -17,15 +17,20 @@ def write(lib: str, shape: str, count: int, out: str, size_limit: str = "16mb", 
     """Seconds to write ``count`` samples of ``shape`` (made before the clock starts) with
     ``lib``'s ``MDSWriter``; ``fsync=False`` stubs ``os.fsync`` out (what durability costs)."""
     samples = [sample(shape, i) for i in range(count)]
+    writer_class: Any
     if lib == "astream":
         from astream import MDSWriter
+
+        writer_class = MDSWriter
     else:
         stub_streaming_vision()
-        from streaming import MDSWriter
+        import streaming
+
+        writer_class = streaming.MDSWriter
     if not fsync:
         os.fsync = lambda fd: None
     start = time.perf_counter()
-    with MDSWriter(out=out, columns=COLUMNS[shape], size_limit=size_limit, exist_ok=True) as writer:
+    with writer_class(out=out, columns=COLUMNS[shape], size_limit=size_limit, exist_ok=True) as writer:
         for s in samples:
             writer.write(s)
     return {"write_s": time.perf_counter() - start, "bytes": sum(

@@ -10,7 +10,7 @@ from typing import Any
 
 from . import BATCH, length, stub_streaming_vision, tree_cpu_s
 
-__all__ = ["accelerate", "raw", "stream"]
+__all__ = ["accelerate", "raw", "stream", "train"]
 
 
 def _keep_bytes(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -149,6 +149,31 @@ def accelerate(lib: str, remote: str | None, local: str, batch: int, workers: in
     close()
     return {"steps": steps, "waits": waits, "compute_s": compute, "wall_s": wall, "first_batch_s": first_batch_s,
             "samples": (steps - 1) * batch, "cpu_s": cpu}
+
+
+def train(remote: str, local: str, batch: int, step_s: float, seed: int, cache_limit: int | None = None,
+          predownload: int | None = None) -> dict[str, Any]:
+    """One shuffled epoch of astream's ``Loader`` (no workers) under a training loop that
+    sleeps ``step_s`` a batch: the seconds it waited in ``next()`` (``loader.stats()``), the
+    epoch's wall time and the node's downloads (``ds.stats()``)."""
+    import warnings
+
+    from astream import Loader, StreamingDataset
+
+    ds = StreamingDataset(remote=remote, local=local, batch_size=batch, shuffle=True, shuffle_seed=seed,
+                          cache_limit=cache_limit, predownload=predownload)
+    start = time.perf_counter()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # a cache limit below the advised one warns
+        loader = Loader(ds)
+        for _ in loader:
+            time.sleep(step_s)  # the simulated training step
+        stats = loader.stats()
+    wall = time.perf_counter() - start
+    downloads = ds.stats().shards_downloaded
+    loader.close()
+    ds.close()
+    return {"wait_s": stats.consumer_wait_s, "epoch_s": wall, "downloads": downloads}
 
 
 def raw(url: str, local: str, concurrency: int = 4, batch: int = BATCH) -> dict[str, Any]:

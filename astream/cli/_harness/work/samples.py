@@ -20,6 +20,8 @@ COLUMNS = {
     "arrays": {"id": "int", "x": "ndarray:float32:25600"},
     "zstd": {"id": "int", "x": "ndarray:uint8:4096"},
     "fixed": {"id": "int", "score": "float32", "feat": "ndarray:uint8:256"},  # all fixed-size: get_batch vectorises
+    "blobs": {"id": "int64", "x": "bytes"},  # 2 KB of random bytes: the forecast's small shards
+    "images": {"x": "ndarray:uint8:3,32,32", "y": "int64"},  # an image classifier's batches, for the adapters
 }
 
 
@@ -32,6 +34,10 @@ def sample(shape: str, i: int) -> dict[str, Any]:
                 "payload": np.random.default_rng(i).bytes(900)}
     if shape == "arrays":
         return {"id": i, "x": np.full(25600, i % 1000, np.float32)}
+    if shape == "blobs":
+        return {"id": i, "x": np.random.default_rng(i).bytes(2048)}
+    if shape == "images":
+        return {"x": np.random.default_rng(i).integers(0, 255, (3, 32, 32), dtype=np.uint8), "y": i % 10}
     if shape == "fixed":
         return {"id": i, "score": i / 3, "feat": np.full(256, i % 251, np.uint8)}
     return {"id": i, "x": np.random.default_rng(i).integers(0, 16, 4096, dtype=np.uint8)}
