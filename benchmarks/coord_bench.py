@@ -1,23 +1,18 @@
-"""Benchmarks of per-node coordination (issue 5). Results: docs/bench/coord.md.
+"""Internal floor (the node agent's own client, astream._coord): per-node coordination's overhead, issue 5.
 
-Three measurements, each the median of several runs:
+Three measurements, medians of ``--runs`` interleaved rounds (docs/bench/coord.md):
 
 1. ``ensure`` latency of a shard already in the cache, one client, over the socket
    (target: median < 200 µs);
-2. 8 ranks reading a warm cache through the agent vs the same 8 ranks reading the files
-   directly (target: >= 90 %). Two ways through the agent: one ``ensure(pin=True)`` round
-   trip per shard, and a loader's way, ``ensure_many`` of the next ``--window`` shards in
-   one round trip. Reported as wall-clock MB/s and as MB per CPU-second (readers + agent);
-   the second is what a machine shared with other jobs disturbs least;
-3. the busy leader: 8 reader ranks through the agent (small shards: one round trip per
-   256 KiB, so the agent's responsiveness shows) while the leader spins in pure Python. Baseline: the same spin in a process that is *not* the leader (same CPU
-   contention, no GIL shared with the agent). Target: <= 10 % slowdown. The same run
-   with the agent on a thread of the spinning leader shows why the agent is a process.
+2. ``--ranks`` ranks reading a warm cache through the agent against the same ranks reading the
+   files directly (target: >= 90 %): one ``ensure(pin=True)`` round trip per shard, and a
+   loader's way, ``ensure_many`` of the next ``--window`` shards at once. Wall-clock MB/s and
+   MB per CPU-second (readers + agent), which a shared machine disturbs least;
+3. the busy leader: the readers through the agent (small shards: one round trip per 256 KiB)
+   while the leader spins in pure Python, against the same spin in a process that is not the
+   leader (target: <= 10 % slowdown), and with the agent on a thread of the spinning leader.
 
-Usage::
-
-    python benchmarks/coord_bench.py [--runs 5] [--ranks 8] [--shards 16] [--shard-mb 16] [--passes 4]
-                                     [--small-shards 64] [--small-shard-mb 0.25] [--json out.json]
+    python benchmarks/coord_bench.py --runs 5 --ranks 8
 """
 
 from __future__ import annotations
@@ -35,6 +30,9 @@ import uuid
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
+
+from _harness import Bench
+from _harness import parser as harness_parser
 
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
@@ -304,15 +302,10 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":  # re-read a --json file
-        saved = json.loads(Path(sys.argv[2]).read_text())
-        print(json.dumps(summarize(saved["runs"], saved["ensure_us"], full=True)["summary"], indent=2))
-        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role_main(sys.argv[2], json.loads(sys.argv[3]))
         sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser = harness_parser(__doc__, "coord", runs=5)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--shard-mb", type=float, default=16.0)
@@ -323,13 +316,15 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--window", type=int, default=8, help="shards per ensure_many in agent-window mode")
     parser.add_argument("--only", help="comma-separated scenario names (default: all)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     ns = parser.parse_args()
+    bench = Bench("coord", ns)
     loop = new_event_loop()
     try:
         out = loop.run_until_complete(main(ns))
     finally:
         loop.close()
-    print(json.dumps(out["summary"], indent=2))
-    if ns.json:
-        ns.json.write_text(json.dumps(out, indent=2))
+    bench.table(f"medians of {ns.runs} rounds, {ns.ranks} ranks, load {os.getloadavg()[0]:.1f}",
+                ["scenario", "MB/s", "MB per CPU-s"],
+                [[k, f"{v:,.1f}", f"{out['median_mb_per_cpu_s'][k]:,.1f}"] for k, v in out["median_mb_s"].items()])
+    bench.table("the targets (medians of per-round ratios)", ["figure", "value"],
+                [[k, v] for k, v in out["summary"].items() if not isinstance(v, dict)])
