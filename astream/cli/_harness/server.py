@@ -5,6 +5,7 @@ an optional throttle: one link of ``bandwidth`` bytes per second that every resp
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -13,12 +14,13 @@ from types import TracebackType
 __all__ = ["Server"]
 
 _SERVE = """
-import sys
+import json, sys
 from astream.testing import LoopbackServer
 bandwidth = float(sys.argv[2]) or None
 with LoopbackServer(sys.argv[1], bandwidth=bandwidth) as server:
     print(server.port, flush=True)
-    sys.stdin.read()
+    for line in sys.stdin:  # "log": the requests seen so far, as one JSON line
+        print(json.dumps([[r.method, r.path, r.range] for r in server.log]), flush=True)
 """
 
 
@@ -52,6 +54,14 @@ class Server:
         """What an S3 client needs to reach this server (botocore sends it plain GET/HEAD/Range)."""
         return {"S3_ENDPOINT_URL": self.endpoint, "AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x",
                 "AWS_DEFAULT_REGION": "us-east-1"}
+
+    def requests(self) -> list[tuple[str, str, str | None]]:
+        """Every request the server saw so far: (method, path, Range header)."""
+        assert self._proc.stdin is not None
+        assert self._proc.stdout is not None
+        self._proc.stdin.write("log\n")
+        self._proc.stdin.flush()
+        return [(m, p, r) for m, p, r in json.loads(self._proc.stdout.readline())]
 
     def close(self) -> None:
         if self._proc.poll() is None:

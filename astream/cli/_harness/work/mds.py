@@ -10,7 +10,7 @@ from typing import Any
 
 from . import BATCH, length, stub_streaming_vision, tree_cpu_s
 
-__all__ = ["accelerate", "raw", "stream", "train"]
+__all__ = ["accelerate", "ids", "raw", "stream", "train"]
 
 
 def _keep_bytes(samples: list[dict[str, Any]]) -> dict[str, Any]:
@@ -174,6 +174,25 @@ def train(remote: str, local: str, batch: int, step_s: float, seed: int, cache_l
     loader.close()
     ds.close()
     return {"wait_s": stats.consumer_wait_s, "epoch_s": wall, "downloads": downloads}
+
+
+def ids(lib: str, remote: str, local: str, batch: int, cache_limit: int, block: int | None,
+        canonical_nodes: int) -> dict[str, Any]:
+    """One rank's shuffled epoch (py1e) under a cache limit, direct iteration: the ids it read,
+    in order, and the epoch's seconds."""
+    if lib == "astream":
+        from astream import StreamingDataset
+    else:
+        stub_streaming_vision()
+        from streaming import StreamingDataset  # type: ignore[no-redef]
+    ds = StreamingDataset(remote=remote, local=local, shuffle=True, shuffle_algo="py1e", shuffle_block_size=block,
+                          batch_size=batch, cache_limit=cache_limit, num_canonical_nodes=canonical_nodes)
+    start = time.perf_counter()
+    got = [int(sample["id"]) for sample in ds]
+    seconds = time.perf_counter() - start
+    if lib == "astream":
+        ds.close()
+    return {"ids": got, "seconds": seconds}
 
 
 def raw(url: str, local: str, concurrency: int = 4, batch: int = BATCH) -> dict[str, Any]:
