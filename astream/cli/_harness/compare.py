@@ -10,7 +10,9 @@ astream better; times inverted), and the floor where there is one.
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -146,9 +148,12 @@ def plan(bench: Bench, server: Server, user: Path | None, workers: int, quick: b
         lit = data.lit(bench.data, f"lit-{name}", shape, count, str(bench.pythons["litdata"])) \
             if bench.has("litdata") else None
         _mds_cases(bench, server, out, name, folder, lit, workers, quick)
-    files, groups, rows = (2, 4, 4096) if quick else (4, 8, 32768)
-    _format_cases(bench, out, "parquet", data.parquet(bench.data, "parquet", files, groups, rows),
-                  files * groups * rows, repeats)
+    if importlib.util.find_spec("pyarrow") is not None:  # (the parquet extra)
+        files, groups, rows = (2, 4, 4096) if quick else (4, 8, 32768)
+        _format_cases(bench, out, "parquet", data.parquet(bench.data, "parquet", files, groups, rows),
+                      files * groups * rows, repeats)
+    else:
+        print("no Parquet comparison: pip install 'astream[parquet]' for pyarrow", file=sys.stderr)
     tars, per = (2, 1000) if quick else (8, 4000)
     _format_cases(bench, out, "wds", data.tars(bench.data, "wds", tars, per), tars * per, repeats)
     return out
