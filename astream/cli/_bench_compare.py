@@ -63,7 +63,11 @@ def _print(rows: list[Any]) -> None:
         mine = r.values.get("astream")
         print(f"| {r.what} ({r.unit}) | {fmt(mine, spec)} | "
               f"{f'{peer[0]} {fmt(peer[1], spec)}' if peer else '-'} | "
-              f"{f'{ratio(mine, peer[1], r.higher):.2f}x' if peer and mine else '-'} | {fmt(r.floor, spec)} |")
+              f"{_times(ratio(mine, peer[1], r.higher) if peer else None)} | {fmt(r.floor, spec)} |")
+
+
+def _times(value: float | None) -> str:
+    return "-" if value is None else f"{value:.2f}x"
 
 
 def run(args: argparse.Namespace) -> int:

@@ -45,7 +45,7 @@ class Row:
 
     @property
     def best_peer(self) -> tuple[str, float] | None:
-        got = [(s, v) for s, v in self.values.items() if s != "astream" and v]
+        got = [(s, v) for s, v in self.values.items() if s != "astream" and v is not None]
         if not got:
             return None
         return (max if self.higher else min)(got, key=lambda sv: sv[1])
