@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import shutil
+import sys
+import urllib.request
 from pathlib import Path
 
 import pytest
 from clikit import NUM_SAMPLES, Run, assert_one_line_error
 
-from astream.cli._harness import checkouts
+from astream.cli._harness import Server, checkouts, peers
 from astream.cli._harness.au import largest
 from astream.cli._harness.bench import Bench, Metric
 from astream.cli._output import CommandError
@@ -160,3 +163,31 @@ def test_a_base_is_a_checkout_or_a_commit(tmp_path: Path) -> None:
     assert (extracted / "astream" / "__init__.py").is_file()
     assert extracted.parent == tmp_path / "checkouts"
     assert checkouts.resolve("HEAD", tmp_path) == str(extracted)  # extracted once
+
+
+def test_a_peer_is_found_where_it_was_put(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ASTREAM_BENCH_PEERS", str(tmp_path))
+    monkeypatch.delenv("ASTREAM_LITDATA_PYTHON", raising=False)
+    if importlib.util.find_spec("litdata") is not None:
+        pytest.skip("litdata is importable here")
+    assert peers.find("litdata", {}) is None
+    (tmp_path / "litdata" / "bin").mkdir(parents=True)
+    assert peers.find("litdata", {}) is None  # half made: not found
+    (tmp_path / "litdata" / ".astream-bench-complete").touch()
+    assert peers.find("litdata", {}) == str(tmp_path / "litdata" / "bin" / "python")
+    monkeypatch.setenv("ASTREAM_LITDATA_PYTHON", sys.executable)
+    assert peers.find("litdata", {}) == sys.executable
+    assert peers.find("litdata", {"litdata": sys.executable}) == sys.executable
+    with pytest.raises(CommandError, match="cannot run"):
+        peers.find("litdata", {"litdata": str(tmp_path / "absent")})
+    with pytest.raises(CommandError, match="no peer 'torchdata'"):
+        peers.find("torchdata", {})
+
+
+def test_the_server_process_serves_and_logs(dataset: Path) -> None:
+    with Server(dataset.parent) as server:
+        url = server.url(dataset)
+        assert server.s3(dataset) == f"s3://{dataset.name}"
+        with urllib.request.urlopen(f"{url}/index.json") as resp:
+            assert json.loads(resp.read())["shards"]
+        assert ("GET", f"{dataset.name}/index.json", None) in server.requests()  # (paths without the leading /)
