@@ -49,8 +49,24 @@ def _lit_sample(i: int) -> dict[str, Any]:
 
 def lit_convert(shape: str, count: int, out: str) -> dict[str, Any]:
     """The same samples in LitData's own format (``litdata.optimize``, 32 MB chunks)."""
+    import shutil
+    import sys
+    import tempfile
+
     import litdata
 
+    # Its workers are spawned and unpickle ``_lit_sample`` by its module's name: a folder
+    # on the path (which spawned processes inherit) where this package has that name.
+    alias = tempfile.mkdtemp(prefix="bench-work-")
+    os.symlink(os.path.dirname(os.path.abspath(__file__)), os.path.join(alias, __name__.split(".")[0]))
+    sys.path.insert(0, alias)
     os.environ["ASTREAM_BENCH_SHAPE"] = shape
-    litdata.optimize(fn=_lit_sample, inputs=list(range(count)), output_dir=out, chunk_bytes="32MB", num_workers=1)
+    try:
+        litdata.optimize(fn=_lit_sample, inputs=list(range(count)), output_dir=out, chunk_bytes="32MB",
+                         num_workers=1)
+    finally:
+        sys.path.remove(alias)
+        shutil.rmtree(alias, ignore_errors=True)
+    if not any(n.endswith(".bin") for n in os.listdir(out)):
+        raise RuntimeError(f"litdata.optimize wrote no chunk into {out}")
     return {}
