@@ -64,7 +64,7 @@ def lit(data: Path, name: str, shape: str, samples: int, python: str) -> Path:
     if _fresh(out, spec):
         return out
     run_children(python, "samples", "lit_convert", {"shape": shape, "count": samples, "out": str(out)},
-                 [code_env(dict(os.environ), None, None)], str(data), f"litdata.optimize of {name}")
+                 [code_env(dict(os.environ), None, str(data / "pycache"))], str(data), f"litdata.optimize of {name}")
     return _done(out, spec)
 
 
