@@ -113,8 +113,12 @@ class Bench:
 
     @staticmethod
     def _commit() -> str | None:
-        done = subprocess.run(["git", "-C", checkouts.THIS, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, check=False)
+        """This checkout's commit (None for an installed package, or without git)."""
+        try:
+            done = subprocess.run(["git", "-C", checkouts.THIS, "rev-parse", "--short", "HEAD"],
+                                  capture_output=True, text=True, check=False)
+        except OSError:
+            return None
         return done.stdout.strip() or None
 
     def _write(self, obj: dict[str, Any]) -> None:

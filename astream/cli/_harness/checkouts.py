@@ -21,7 +21,10 @@ THIS = str(Path(__file__).resolve().parents[3])  # the checkout holding this ast
 
 
 def _git(*args: str) -> str:
-    done = subprocess.run(["git", "-C", THIS, *args], capture_output=True, text=True, check=False)
+    try:
+        done = subprocess.run(["git", "-C", THIS, *args], capture_output=True, text=True, check=False)
+    except OSError as exc:
+        raise CommandError(f"git {' '.join(args)}: {exc} (a commit needs git; give a checkout folder instead)", 2) from exc
     if done.returncode:
         raise CommandError(f"git {' '.join(args)}: {done.stderr.strip() or 'failed'}", 2)
     return done.stdout.strip()
