@@ -152,9 +152,8 @@ def _litdata(remote: str, cache: str, what: str, total: int) -> dict[str, float]
         loaded = time.perf_counter()
         again.load_state_dict(state)
         b = next(iter(again))
-        first = time.perf_counter()
-        assert int(ids(b)[0]) == at
-        return {"resume_s": first - start, "from_state_s": first - loaded}
+        first = time.perf_counter()  # (resumed elsewhere than its state: counted, as HF's)
+        return {"resume_s": first - start, "from_state_s": first - loaded, "wrong": float(int(ids(b)[0]) != at)}
     if what == "warm":
         start = time.perf_counter()
         warm_rows = sum(len(ids(b)) for b in loader)
