@@ -191,3 +191,17 @@ def test_the_server_process_serves_and_logs(dataset: Path) -> None:
         with urllib.request.urlopen(f"{url}/index.json") as resp:
             assert json.loads(resp.read())["shards"]
         assert ("GET", f"{dataset.name}/index.json", None) in server.requests()  # (paths without the leading /)
+
+
+def test_a_failing_peer_leaves_its_cell_empty_and_astream_stops_the_run(dataset: Path, tmp_path: Path) -> None:
+    args = argparse.Namespace(runs=1, data=str(tmp_path / "data"), json=None, base=None, head=None, quiet=True,
+                              peer_python=[("hf", shutil.which("false"))])
+    bench = Bench("fail", args)
+    bench.add({"case": 1}, "hf", "mds", "stream", {"lib": "astream", "remote": None, "local": str(dataset)})
+    bench.add({"case": 1}, "astream", "mds", "stream", {"lib": "astream", "remote": str(dataset), "local": "{cache}"})
+    assert [r["side"] for r in bench.run()] == ["astream"]
+    bench.cases = []
+    bench.add({"case": 2}, "astream", "mds", "stream", {"lib": "astream", "remote": str(tmp_path / "absent"),
+                                                        "local": "{cache}"})
+    with pytest.raises(CommandError, match=r"fail astream \{'case': 2\} failed \(exit 1\): .*absent"):
+        bench.run()
