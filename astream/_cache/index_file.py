@@ -9,7 +9,7 @@ from __future__ import annotations
 import asyncio
 import os
 
-from astream._format.index import INDEX_NAME, Index
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
@@ -52,11 +52,12 @@ async def load_index(
         )
         have_local = await loop.run_in_executor(None, os.path.exists, local_index)
         if not same and (download or not have_local):
+            # Refused as it arrives past the cap: nothing of it stays in the cache.
             if storage is not None:
-                await storage.fetch(remote_index, local_index)
+                await storage.fetch(remote_index, local_index, limit=MAX_INDEX_BYTES)
             else:
                 async with StoragePool() if pool is None else _borrow(pool) as p:
-                    await p.get(remote_index).fetch(remote_index, local_index)
+                    await p.get(remote_index).fetch(remote_index, local_index, limit=MAX_INDEX_BYTES)
     return await loop.run_in_executor(None, Index.load, local_index)
 
 

@@ -19,9 +19,7 @@ import os
 import re
 from collections.abc import Iterator
 from concurrent.futures import Executor
-from typing import Any, BinaryIO
-
-import zstandard
+from typing import BinaryIO
 
 from astream._cache.cache import ShardCache, ShardFile
 from astream._cache.durability import BackgroundSync, pid_alive
@@ -33,9 +31,6 @@ from astream.errors import CacheError, CompressionError
 __all__ = ["CorruptFile", "ShardSink", "find_temporary", "remove_stale_temporaries", "temp_name", "verify_files"]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
-# zstd's output window: small enough to stay in a core's L2 cache (and under malloc's
-# mmap threshold), large enough that the write() per window costs little.
-ZSTD_WINDOW = 128 << 10
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
 
 
@@ -152,16 +147,11 @@ class ShardSink(BufferedSink):
 
     def _fresh(self) -> None:
         self._hasher: Hasher | None = new_hasher(self.hash_algo) if self.hash_algo else None
+        # The codec's decoder writes its output windows straight into the file (no output
+        # buffer of each chunk's size) and stops at raw_size: a bomb costs a window.
         self._decoder: StreamDecoder | None = None
-        self._zstd: Any = None
-        if self.codec is not None and self.codec.family == "zstd":
-            # zstd writes its output straight into the file from a small window it reuses:
-            # no output buffer of each chunk's size to allocate, fault in and join.
-            self._zstd = zstandard.ZstdDecompressor().stream_writer(
-                _Emitter(self), write_size=ZSTD_WINDOW, write_return_read=True, closefd=False  # type: ignore[arg-type]
-            )
-        elif self.codec is not None:
-            self._decoder = self.codec.stream_decoder()
+        if self.codec is not None:
+            self._decoder = self.codec.stream_decoder(self._emit, self.raw_size, self.name)
         self._written = 0
         # A decoding failure is reported at the end, after the digest: with validate_hash,
         # corrupt bytes are a hash mismatch whatever the codec makes of them.
@@ -183,7 +173,7 @@ class ShardSink(BufferedSink):
         hint = " (disk full: free space or lower cache_limit)" if exc.errno == 28 else ""
         return CacheError(f"cannot write {self.raw_path}: {exc.strerror or exc}{hint}")
 
-    def _emit(self, data: bytes | memoryview) -> None:
+    def _emit(self, data: bytes | bytearray | memoryview) -> None:
         self._written += len(data)
         if self._written > self.raw_size:
             raise CorruptFile(f"{self.name}: decodes to more than the {self.raw_size} bytes index.json records")
@@ -207,18 +197,12 @@ class ShardSink(BufferedSink):
                 if self._broken is not None:
                     continue
                 try:
-                    if self._zstd is not None:
-                        self._zstd.write(chunk)
+                    if self._decoder is None:
+                        self._emit(chunk)
                     else:
-                        out = chunk if self._decoder is None else self._decoder.decode(chunk)
-                        if out:
-                            self._emit(out)
-                except zstandard.ZstdError as exc:
-                    self._broken = CorruptFile(f"{self.name}: cannot decompress with 'zstd': {exc}")
-                    if self._hasher is None:
-                        raise self._broken from exc
+                        self._decoder.decode(chunk)
                 except (CompressionError, CorruptFile) as exc:
-                    self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
+                    self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(str(exc))
                     if self._hasher is None:
                         raise self._broken from exc
         except OSError as exc:
@@ -266,18 +250,11 @@ class ShardSink(BufferedSink):
 
     def _finish(self) -> None:
         raw, zipped = self._files()
-        if self._zstd is not None and self._broken is None:
-            try:
-                self._zstd.flush()
-            except zstandard.ZstdError as exc:
-                self._broken = CorruptFile(f"{self.name}: cannot decompress with 'zstd': {exc}")
         if self._decoder is not None and self._broken is None:
             try:
-                tail = self._decoder.flush()
-                if tail:
-                    self._emit(tail)
+                self._decoder.flush()
             except (CompressionError, CorruptFile) as exc:
-                self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(f"{self.name}: {exc}")
+                self._broken = exc if isinstance(exc, CorruptFile) else CorruptFile(str(exc))
         if self._hasher is not None and self.digest is not None:
             got = self._hasher.hexdigest()
             if got != self.digest.lower():
@@ -334,19 +311,6 @@ class ShardSink(BufferedSink):
         except BaseException:
             self.abort()
             raise
-
-
-class _Emitter:
-    """The file-like object zstd's stream writer writes decoded windows to."""
-
-    __slots__ = ("_sink",)
-
-    def __init__(self, sink: ShardSink) -> None:
-        self._sink = sink
-
-    def write(self, data: bytes) -> int:
-        self._sink._emit(data)
-        return len(data)
 
 
 def verify_files(cache: ShardCache, files: list[ShardFile], algo: str | None) -> str | None:

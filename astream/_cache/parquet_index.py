@@ -19,11 +19,12 @@ import os
 from collections.abc import Sequence
 
 from astream._format.files import save_rebuildable
-from astream._format.index import INDEX_NAME, Index
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index
 from astream._format.parquet.build import build_index
 from astream._format.parquet.footer import TAIL_GUESS, FileFooter, footer_start
 from astream._storage.base import ObjectInfo, Storage
 from astream._storage.registry import StoragePool, join_url
+from astream._storage.sink import read_limited
 from astream.errors import IndexFormatError, RemoteNotFoundError, UsageError
 
 __all__ = ["PARQUET_INDEX", "SUFFIXES", "dump_footers", "load_footers", "load_parquet_index", "scan_footers"]
@@ -130,7 +131,7 @@ async def load_parquet_index(
 
     async def read_written() -> bytes | None:
         try:
-            return await storage.read_bytes(written)
+            return await read_limited(storage, written, MAX_INDEX_BYTES)
         except RemoteNotFoundError:
             return None
 

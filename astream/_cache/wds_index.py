@@ -22,11 +22,13 @@ from collections.abc import Sequence
 from astream._cache.durability import BackgroundSync
 from astream._cache.install import temp_name
 from astream._format.files import save_rebuildable
-from astream._format.index import INDEX_NAME, Index, ShardInfo
-from astream._format.webdataset import BIG_MEMBER, TAR_SUFFIXES, TarSummary, scan_tar, tar_entry
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index, ShardInfo
+from astream._format.names import unsafe_name
+from astream._format.webdataset import BIG_MEMBER, GZ_SUFFIXES, TAR_SUFFIXES, TarSummary, scan_tar, tar_entry
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.sink import read_limited
 from astream.errors import IndexFormatError, LayoutWarning, RemoteNotFoundError, UsageError
 
 __all__ = ["WDS_INDEX", "build_wds_index", "dump_tars", "load_wds_index", "scan_tars"]
@@ -39,18 +41,34 @@ Entry = tuple[str, int, str | None, TarSummary]
 
 def dump_tars(entries: Sequence[Entry]) -> bytes:
     files = [{"name": n, "bytes": size, "etag": etag, "samples": s.samples, "extensions": list(s.extensions),
-              "largest": s.largest} for n, size, etag, s in sorted(entries, key=lambda e: e[0])]
+              "largest": s.largest, "tar_bytes": s.tar_bytes} for n, size, etag, s in sorted(entries, key=lambda e: e[0])]
     return json.dumps({"version": 1, "format": "webdataset", "files": files}, sort_keys=True).encode()
 
 
 def load_tars(data: bytes, source: str) -> list[Entry]:
+    """The entries of an ``index.wds.json`` (names checked before anything joins them).
+
+    Raises:
+        IndexFormatError: malformed, a name that is not a safe relative path, or a gzip tar
+            without its decompressed size (written by an older ``astream index``).
+    """
     try:
         obj = json.loads(data)
         if not isinstance(obj, dict) or obj.get("version") != 1 or obj.get("format") != "webdataset":
             raise ValueError("not a version 1 WebDataset index")
-        return [(f["name"], int(f["bytes"]), f["etag"], TarSummary(int(f["samples"]), tuple(f["extensions"]),
-                                                                    int(f["largest"]))) for f in obj["files"]]
-    except (ValueError, KeyError, TypeError) as exc:
+        out: list[Entry] = []
+        for f in obj["files"]:
+            name, size = f["name"], int(f["bytes"])
+            why = unsafe_name(name)
+            if why is not None:
+                raise ValueError(f"the name {name!r} {why}")
+            tar_bytes = f.get("tar_bytes", None if name.endswith(GZ_SUFFIXES) else size)
+            if isinstance(tar_bytes, bool) or not isinstance(tar_bytes, int) or tar_bytes < 0:
+                raise ValueError(f"{name}: no valid tar_bytes ({tar_bytes!r}), the size it decompresses to")
+            out.append((name, size, f["etag"], TarSummary(int(f["samples"]), tuple(f["extensions"]),
+                                                           int(f["largest"]), tar_bytes)))
+        return out
+    except (ValueError, KeyError, TypeError, RecursionError) as exc:
         raise IndexFormatError(f"{source}: {exc}; rebuild it with `astream index`") from exc
 
 
@@ -153,7 +171,7 @@ async def load_wds_index(local: str, remote: str, split: str | None, pool: Stora
     loop = asyncio.get_running_loop()
     written = join_url(root, WDS_INDEX)
     try:
-        entries = load_tars(await storage.read_bytes(written), written)
+        entries = load_tars(await read_limited(storage, written, MAX_INDEX_BYTES), written)
     except RemoteNotFoundError:
         cached_path = os.path.join(local_root, WDS_INDEX)
         known = await loop.run_in_executor(None, _read_cached, cached_path)

@@ -142,6 +142,13 @@ class Agent:
         """A client's connection closed: release its pins, tell its barriers."""
         if self._conns.pop(conn.number, None) is None:
             return
+        try:
+            self._release(conn)
+        finally:  # whatever the books say, the last client's leaving starts the linger
+            if not self._conns:
+                self._arm_idle(self.config.agent_linger)
+
+    def _release(self, conn: Conn) -> None:
         for key in conn.pins:
             self._add_pins(key, -1)
         conn.pins.clear()
@@ -157,8 +164,6 @@ class Agent:
                 log.info("astream agent: %s (pid %d) left without goodbye", conn.member, conn.pid)
             for barrier, error in self.barriers.disconnected(conn.member, clean=conn.clean, now=time.monotonic()):
                 self._answer_barrier(barrier, error=error)
-        if not self._conns:
-            self._arm_idle(self.config.agent_linger)
 
     # -- requests -----------------------------------------------------------------------
 
@@ -240,6 +245,9 @@ class Agent:
         if (key in conn.pins) == (delta > 0):
             return  # pins are a set per connection: repeats change nothing
         if delta > 0:
+            # A key enters the books only once the provider knows it (lookup raises for one
+            # that names no shard): an unknown pin would fail again at the connection's end.
+            self.provider.lookup(key)
             conn.pins.add(key)
         else:
             conn.pins.discard(key)

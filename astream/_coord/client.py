@@ -33,7 +33,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.launch import refused_at_exit, start_agent
 from astream._coord.link import AgentLost, Link
 from astream._coord.provider import ProviderFactory
-from astream._coord.rendezvous import Address, default_run_id, derive_address, try_bind, try_connect
+from astream._coord.rendezvous import Address, Squatted, default_run_id, derive_address, try_bind, try_connect
 from astream._coord.reports import PlanReports
 from astream._coord.watchdog import WatchPolicy, describe_barrier, describe_shard, watched
 from astream._coord.wire import MAX_KEYS
@@ -370,7 +370,14 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         pause = 0.002
         last: BaseException | None = None
         while loop.time() < deadline:
-            sock = try_connect(self.address)
+            try:
+                sock = try_connect(self.address)
+            except Squatted as exc:
+                if not exc.address.abstract:
+                    raise
+                self.address = exc.address.private()  # every process of the node sees it, and follows
+                log.warning("astream: %s; meeting at %s instead", exc, self.address)
+                continue
             if sock is not None:
                 try:
                     return await within(max(0.1, deadline - loop.time()), self._hello(sock))

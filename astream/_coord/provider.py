@@ -76,7 +76,12 @@ class ShardProvider(Protocol):
         ...
 
     def lookup(self, key: str) -> str | None:
-        """The local path of ``key`` if it is complete in the cache now, else None. Never blocks."""
+        """The local path of ``key`` if it is complete in the cache now, else None. Never blocks.
+
+        Raises:
+            ConfigError: ``key`` names no shard of the provider (the agent checks each key
+                a client pins this way).
+        """
         ...
 
     async def ensure(self, key: str, stage: StageCallback) -> str:

@@ -11,7 +11,10 @@ address from ``(realpath(local), run_id, uid)``:
 
 Whoever binds the address first is the leader and starts the agent. Only processes of the
 same user take part: the agent checks each client's peer credentials and the client
-checks the agent's, so another user can neither join nor impersonate the agent.
+checks the agent's, so another user can neither join nor impersonate the agent. An
+abstract name another user holds (anyone may bind one) sends the node's processes to
+the same address as a socket file in the user's private runtime folder instead
+(:meth:`Address.private`): squatting costs that user nothing of the job.
 """
 
 from __future__ import annotations
@@ -32,8 +35,8 @@ from dataclasses import dataclass
 from astream.errors import ConfigError, CoordinationError
 
 __all__ = [
-    "RUN_ID_VARIABLES", "Address", "default_run_id", "derive_address", "peer_credentials", "resolve_run_id", "run_id_from_env",
-    "try_bind", "try_connect",
+    "RUN_ID_VARIABLES", "Address", "Squatted", "default_run_id", "derive_address", "peer_credentials", "resolve_run_id",
+    "run_id_from_env", "try_bind", "try_connect",
 ]
 
 # Variables whose value is the same for every process of one job and differs between
@@ -66,6 +69,19 @@ class Address:
 
     def __str__(self) -> str:
         return f"@astream-{self.digest}" if self.abstract else self.name
+
+    def private(self) -> Address:
+        """The same node's address as a socket file in the user's 0700 runtime folder: where
+        its processes meet when another user squats the abstract name (which anyone may bind)."""
+        return Address(os.path.join(runtime_dir(os.getuid()), f"{self.digest}.sock"), False, self.digest)
+
+
+class Squatted(CoordinationError):
+    """The address is held by a process of another user (an abstract name: anyone may bind it)."""
+
+    def __init__(self, message: str, address: Address) -> None:
+        super().__init__(message)
+        self.address = address
 
 
 #: Every environment variable a run id is read from.
@@ -205,7 +221,7 @@ def try_connect(address: Address) -> socket.socket | None:
     """A non-blocking socket connected to the agent, or None if no agent listens there.
 
     Raises:
-        CoordinationError: the address is held by a process of another user.
+        Squatted: the address is held by a process of another user.
     """
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -223,9 +239,9 @@ def try_connect(address: Address) -> socket.socket | None:
     creds = peer_credentials(sock)
     if creds is not None and creds[1] != os.getuid():
         sock.close()
-        raise CoordinationError(
+        raise Squatted(
             f"the agent socket {address} is held by pid {creds[0]} of uid {creds[1]}, not by this user; "
-            "another user is squatting it: pass another run_id"
+            "another user is squatting it: pass another run_id", address
         )
     return sock
 

@@ -108,15 +108,20 @@ class FrameDecoder:
 
 # -- message schemas -----------------------------------------------------------------
 
-_STR, _INT, _BOOL, _NUM, _PARTIES, _OPT_INT, _STRS, _KEYS, _INTS, _OPT_BOOL = (
-    "str", "int", "bool", "num", "parties", "int?", "strs", "keys", "ints", "bool?"
+_STR, _INT, _BOOL, _NUM, _PARTIES, _STRS, _KEYS, _INTS, _OPT_BOOL, _EPOCH, _OPT_EPOCH = (
+    "str", "int", "bool", "num", "parties", "strs", "keys", "ints", "bool?", "epoch", "epoch?"
 )
+# Every integer on the wire is a count, an id or a position: 0 <= n < 2**63 (the int64 of
+# the plan's arithmetic). An epoch is also below 2**31 (it seeds the shuffle, and is
+# counted up by one per epoch): a peer's -5 or 10**30 must not become the node's epoch.
+MAX_INT = 2**63 - 1
+MAX_EPOCH = 2**31 - 1
 MAX_KEYS = 4096
 MAX_USES = 16384  # shard uses per "plan" message (a reader's plan goes in several)
 
 # op -> (fields, answer expected)
 REQUESTS: dict[str, dict[str, str]] = {
-    "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_INT, "pins": _STRS},
+    "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_EPOCH, "pins": _STRS},
     # ``first``: a reader's first batch of an iteration reads these (absent: False); the
     # node fetches such shards before any reader's later ones.
     "ensure": {"key": _STR, "pin": _BOOL, "first": _OPT_BOOL},
@@ -129,8 +134,8 @@ REQUESTS: dict[str, dict[str, str]] = {
     "barrier": {"name": _STR, "parties": _PARTIES, "timeout": _NUM},
     # ``epoch``: set the node's next epoch first, as ``set_epoch`` would (a resume), in the
     # same message (absent: the node's counter as it is).
-    "begin_epoch": {"name": _STR, "parties": _PARTIES, "timeout": _NUM, "epoch": _OPT_INT},
-    "set_epoch": {"epoch": _INT},
+    "begin_epoch": {"name": _STR, "parties": _PARTIES, "timeout": _NUM, "epoch": _OPT_EPOCH},
+    "set_epoch": {"epoch": _EPOCH},
     "get_epoch": {},
     "inspect": {"key": _STR},
     "inspect_barrier": {"name": _STR},
@@ -149,9 +154,11 @@ def _check(value: object, kind: str) -> bool:
     if kind == _STR:
         return isinstance(value, str) and 0 < len(value) <= MAX_KEY and "\x00" not in value
     if kind == _INT:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if kind == _OPT_INT:
-        return value is None or _check(value, _INT)
+        return isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= MAX_INT
+    if kind == _EPOCH:
+        return _check(value, _INT) and value <= MAX_EPOCH  # type: ignore[operator]
+    if kind == _OPT_EPOCH:
+        return value is None or _check(value, _EPOCH)
     if kind == _BOOL:
         return isinstance(value, bool)
     if kind == _OPT_BOOL:
@@ -162,7 +169,7 @@ def _check(value: object, kind: str) -> bool:
         return isinstance(value, list) and all(_check(v, _STR) for v in value)
     if kind == _INTS:
         return (isinstance(value, list) and len(value) <= MAX_USES
-                and all(isinstance(v, int) and not isinstance(v, bool) and v >= 0 for v in value))
+                and all(isinstance(v, int) and not isinstance(v, bool) and 0 <= v <= MAX_INT for v in value))
     if kind == _KEYS:
         return isinstance(value, list) and 0 < len(value) <= MAX_KEYS and _check(value, _STRS)
     if kind == _PARTIES:

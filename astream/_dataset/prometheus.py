@@ -2,7 +2,7 @@
 
 Off until asked: :func:`enable_prometheus` registers the collector (on a registry of the
 caller's, or prometheus_client's default one) and, with a port, serves it over HTTP;
-``ASTREAM_PROMETHEUS_PORT`` (and ``ASTREAM_PROMETHEUS_ADDR``, default ``0.0.0.0``) does
+``ASTREAM_PROMETHEUS_PORT`` (and ``ASTREAM_PROMETHEUS_ADDR``, default ``127.0.0.1``) does
 the same when the process makes its first ``Loader`` (each rank of a node on that port
 plus its local rank). Values are read at scrape time
 (:func:`astream._dataset.metrics.snapshots`: one round trip to the node agent per loader),
@@ -86,13 +86,13 @@ class _Collector:
         return []  # values are read at scrape time only (no collection at registration)
 
 
-def enable_prometheus(registry: Any = None, *, port: int | None = None, addr: str = "0.0.0.0") -> Any:
+def enable_prometheus(registry: Any = None, *, port: int | None = None, addr: str = "127.0.0.1") -> Any:
     """Publish every live loader's :class:`~astream.Stats` to Prometheus.
 
     Args:
         registry: a ``prometheus_client.CollectorRegistry``; default the library's global one.
         port: also serve ``/metrics`` over HTTP on this port (0: any free one).
-        addr: the address the HTTP server binds.
+        addr: the address the HTTP server binds (loopback by default; "0.0.0.0" for a scraper on another host).
 
     Returns:
         The HTTP server when one was started (its ``server_port`` is the port), else None.
@@ -131,4 +131,4 @@ def enable_from_env(local_rank: int = 0) -> None:
         number = int(port)
     except ValueError as exc:
         raise ConfigError(f"{ENV_PORT}={port!r} is not a port number") from exc
-    enable_prometheus(port=number + local_rank, addr=os.environ.get(ENV_ADDR, "0.0.0.0"))
+    enable_prometheus(port=number + local_rank, addr=os.environ.get(ENV_ADDR, "127.0.0.1"))

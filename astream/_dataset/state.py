@@ -15,6 +15,7 @@ from typing import Any
 
 import xxhash
 
+from astream._coord.wire import MAX_EPOCH
 from astream.errors import StateError
 
 __all__ = ["FINGERPRINT_KEY", "STATE_KEYS", "EpochState", "dataset_fingerprint"]
@@ -94,6 +95,8 @@ class EpochState:
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise StateError(f"state dict key {key!r} must be a non-negative int, got {value!r}")
             values[key] = value
+        if (values["epoch"] or 0) > MAX_EPOCH:  # the node counts epochs within that (its wire refuses more)
+            raise StateError(f"state dict key 'epoch' must be at most {MAX_EPOCH}, got {values['epoch']}")
         if values["num_canonical_nodes"] == 0:
             raise StateError("state dict key 'num_canonical_nodes' must be at least 1, got 0")
         fingerprint = obj.get(FINGERPRINT_KEY)

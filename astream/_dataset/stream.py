@@ -17,6 +17,7 @@ import xxhash
 
 from astream._checks import check_optional_int, check_seconds
 from astream._format.hashing import check_algorithm
+from astream._format.names import check_split
 from astream._storage.config import RemoteConfig
 from astream._storage.registry import configure
 from astream.errors import ConfigError
@@ -106,6 +107,7 @@ class Stream:
             value = getattr(self, name)
             if value is not None and not isinstance(value, (str, os.PathLike)):
                 raise ConfigError(f"{name} must be a string or path, got {type(value).__name__}")
+        check_split(self.split)
         if self.local is not None:
             object.__setattr__(self, "local", os.fspath(self.local))
         if self.remote is not None:

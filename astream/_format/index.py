@@ -12,14 +12,19 @@ import json
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import PurePosixPath
 from typing import Any
 
+from astream._format.names import unsafe_name
 from astream.errors import IndexFormatError
 
-__all__ = ["INDEX_NAME", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
+__all__ = ["INDEX_NAME", "MAX_INDEX_BYTES", "FileInfo", "Index", "ShardInfo", "SourceRanges"]
 
 INDEX_NAME = "index.json"
+# The largest index file read: a million MDS shards (~450 bytes each) with room to spare.
+# Parsed, an index takes ~10x its size in memory, so this bounds what a hostile file costs.
+MAX_INDEX_BYTES = 1 << 30
+# Counts and sizes are int64 in the sample arithmetic (NumPy): a larger one would wrap.
+MAX_INT = 2**63 - 1
 _FORMATS = ("mds", "json", "csv", "tsv", "xsv", "parquet", "webdataset")
 # Formats whose shards are read in place from a source file (byte ranges of it), not
 # written by a writer: their index is built by astream from the files themselves.
@@ -57,8 +62,8 @@ class _Fields:
         value = self.get(key, required=required and not nullable)
         if value is None and (nullable or not required):
             return None
-        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
-            raise self.fail(key, f"must be a non-negative integer, got {value!r}")
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_INT:
+            raise self.fail(key, f"must be a non-negative integer below 2**63, got {value!r}")
         return value
 
     def str_(self, key: str, nullable: bool = False) -> str | None:
@@ -80,12 +85,19 @@ def source_label(source: str) -> str:
     return source
 
 
+def too_large(source: str, size: int | None = None) -> IndexFormatError:
+    """The error for an index file over :data:`MAX_INDEX_BYTES` (``size`` if known)."""
+    what = f"{size} bytes" if size is not None else "larger"
+    return IndexFormatError(f"{source}: {what}, over the {MAX_INDEX_BYTES >> 20} MiB astream reads of an index "
+                            "file; is it one? (a million shards take ~450 MB)")
+
+
 def _check_basename(basename: str, fields: _Fields, key: str) -> str:
     # Base names may hold one relative directory (merge_index output: "3/shard.00000.mds"),
-    # but never an absolute path or "..": a dataset must not write outside its root.
-    path = PurePosixPath(basename)
-    if not basename or path.is_absolute() or ".." in path.parts or "\\" in basename or len(path.parts) > 2:
-        raise fields.fail(key, f"is not a safe relative file name: {basename!r}")
+    # but never an absolute path, "." or "..", or a NUL: a dataset must not write outside its root.
+    why = unsafe_name(basename, max_parts=2)
+    if why is not None:
+        raise fields.fail(key, f"is not a safe relative file name: {basename!r} {why}")
     return basename
 
 
@@ -238,7 +250,7 @@ class ShardInfo:
             if fmt == "mds":
                 raw_sizes = f.get("column_sizes")
                 if not isinstance(raw_sizes, list) or len(raw_sizes) != len(names) or not all(
-                    s is None or (isinstance(s, int) and not isinstance(s, bool) and s >= 0) for s in raw_sizes
+                    s is None or (isinstance(s, int) and not isinstance(s, bool) and 0 <= s <= MAX_INT) for s in raw_sizes
                 ):
                     raise f.fail("column_sizes", f"must list a size or null per column, got {raw_sizes!r}")
                 sizes = tuple(raw_sizes)
@@ -301,7 +313,10 @@ class Index:
         shards = f.get("shards")
         if not isinstance(shards, list):
             raise f.fail("shards", f"must be a list, got {type(shards).__name__}")
-        return cls(tuple(ShardInfo.from_json(s, i, source) for i, s in enumerate(shards)), source)
+        parsed = tuple(ShardInfo.from_json(s, i, source) for i, s in enumerate(shards))
+        if sum(s.samples for s in parsed) > MAX_INT:
+            raise f.fail("shards", "hold more than 2**63 - 1 samples in all")
+        return cls(parsed, source)
 
     @classmethod
     def from_bytes(cls, data: bytes, source: str = INDEX_NAME) -> Index:
@@ -310,10 +325,14 @@ class Index:
         Raises:
             IndexFormatError: not UTF-8 JSON, or a malformed field.
         """
+        if len(data) > MAX_INDEX_BYTES:
+            raise too_large(source, len(data))
         try:
             obj = json.loads(data)
         except (UnicodeDecodeError, ValueError) as exc:
             raise IndexFormatError(f"{source}: not valid JSON ({exc}); the file is corrupt or truncated") from exc
+        except RecursionError as exc:  # arrays nested thousands deep: not an index
+            raise IndexFormatError(f"{source}: JSON nested too deep to be an index.json") from exc
         return cls.from_json(obj, source)
 
     @classmethod
@@ -325,6 +344,9 @@ class Index:
         """
         try:
             with open(path, "rb") as fh:
+                size = os.fstat(fh.fileno()).st_size
+                if size > MAX_INDEX_BYTES:
+                    raise too_large(os.fspath(path), size)
                 data = fh.read()
         except FileNotFoundError as exc:
             raise IndexFormatError(f"{os.fspath(path)}: no index.json here; is this an MDS dataset directory?") from exc

@@ -26,6 +26,7 @@ from astream._format.compression import get_codec
 from astream._format.gather import gather_batch
 from astream._format.hashing import check_algorithm, hash_bytes
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo
+from astream._format.names import check_split
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader, map_file, out_of_range
 from astream._format.split import SPLIT_FORMATS, TextLayout, TextShardReader
@@ -77,6 +78,7 @@ class LocalDataset:
         allow_unsafe_types: bool = False,
         validate_hash: str | None = None,
     ) -> None:
+        check_split(split)
         self._args = (os.fspath(local), split, allow_unsafe_types, validate_hash)
         self.root = os.path.join(os.fspath(local), split) if split else os.fspath(local)
         self.index = Index.load(os.path.join(self.root, INDEX_NAME))
@@ -249,7 +251,7 @@ class LocalDataset:
 
     def _load(
         self, position: int, raw: FileInfo, zipped: FileInfo | None, compression: str | None
-    ) -> tuple[bytes | mmap.mmap, int, str]:
+    ) -> tuple[bytes | bytearray | mmap.mmap, int, str]:
         """One file of a shard, uncompressed: (buffer, bytes held in memory, file name).
 
         A raw file present on disk is mapped (and preferred); otherwise the compressed file
@@ -276,18 +278,19 @@ class LocalDataset:
         zip_path = os.path.join(self.root, zipped.basename)
         try:
             with open(zip_path, "rb") as fh:
+                stored = os.fstat(fh.fileno()).st_size
+                if stored != zipped.bytes:  # read no more than the index describes
+                    raise ShardFormatError(
+                        f"{zip_path} (shard {position}): the file has {stored} bytes, index.json says "
+                        f"{zipped.bytes}; it is stale or truncated: delete it so it is fetched again"
+                    )
                 data = fh.read()
         except OSError as exc:
             raise ShardFormatError(
                 f"shard {position}: neither {raw_path} nor {zip_path} can be read ({exc}); the dataset is incomplete"
             ) from exc
         self._check_hash(zip_path, data, zipped.hashes)
-        out = get_codec(compression or "").decompress(data, zip_path)
-        if len(out) != raw.bytes:
-            raise ShardFormatError(
-                f"{zip_path} (shard {position}): decompresses to {len(out)} bytes, index.json says "
-                f"{raw.bytes}; the file is corrupt or stale: delete it so it is fetched again"
-            )
+        out = get_codec(compression or "").decompress(data, size=raw.bytes, name=f"{zip_path} (shard {position})")
         return out, len(out), zip_path
 
     def _open_shard(self, position: int) -> tuple[AnyShardReader, int]:

@@ -13,7 +13,6 @@ cached file's headers again when it opens it and checks the count against the in
 from __future__ import annotations
 
 import contextlib
-import gzip
 import mmap
 import os
 from collections.abc import Iterator, Sequence
@@ -23,17 +22,22 @@ from typing import IO, Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._format.compression import StreamDecoder, get_codec
 from astream._format.index import ShardInfo
 from astream._format.shard import map_file, out_of_range
-from astream._format.tar import Buffer, tar_members
-from astream.errors import IndexFormatError, ShardFormatError
+from astream._format.tar import Member, TarStream, tar_members
+from astream.errors import CompressionError, IndexFormatError, ShardFormatError
 
-__all__ = ["KEY", "TAR_SUFFIXES", "TarLayout", "TarReader", "TarSummary", "scan_tar", "split_name", "tar_entry"]
+__all__ = ["GZ_SUFFIXES", "KEY", "TAR_SUFFIXES", "TarLayout", "TarReader", "TarSummary", "declared_tar_bytes", "scan_tar",
+           "split_name", "tar_entry"]
 
 TAR_SUFFIXES = (".tar", ".tar.gz", ".tgz")
+GZ_SUFFIXES = (".gz", ".tgz")
 KEY = "__key__"
 # A tar whose largest member is over this many bytes and holds few samples warns.
 BIG_MEMBER = 256 << 20
+_GZ = get_codec("gz")
+_READ = 1 << 20
 
 
 def split_name(name: str) -> tuple[str, str]:
@@ -49,57 +53,78 @@ class Sample:
     members: tuple[tuple[str, int, int], ...]  # (extension, data offset, size)
 
 
-def _samples(buf: Buffer, name: str) -> list[Sample]:
+def _samples(members: list[Member]) -> list[Sample]:
     out: list[Sample] = []
     key: str | None = None
-    members: list[tuple[str, int, int]] = []
-    for member, offset, size in tar_members(buf, name):
+    grouped: list[tuple[str, int, int]] = []
+    for member, offset, size in members:
         k, ext = split_name(member)
         if k != key:
             if key is not None:
-                out.append(Sample(key, tuple(members)))
-            key, members = k, []
-        members.append((ext, offset, size))
+                out.append(Sample(key, tuple(grouped)))
+            key, grouped = k, []
+        grouped.append((ext, offset, size))
     if key is not None:
-        out.append(Sample(key, tuple(members)))
+        out.append(Sample(key, tuple(grouped)))
     return out
 
 
 @dataclass(frozen=True)
 class TarSummary:
-    """What the index records of one tar: its samples, extensions and largest member."""
+    """What the index records of one tar: its samples, extensions, largest member, and
+    its size as a tar (decompressed, for a gzip one: what reading it may cost)."""
 
     samples: int
     extensions: tuple[str, ...]
     largest: int
+    tar_bytes: int
 
 
 def scan_tar(path: str, name: str) -> TarSummary:
     """Scan the headers of the tar at ``path`` (``name`` for messages; gzip by its suffix).
+
+    A gzip tar is decompressed as a stream, in windows, keeping only its headers: a member
+    of any size costs no memory.
 
     Raises:
         ShardFormatError: not a tar (or not gzip when named so).
     """
     with open(path, "rb") as fh:
         if _gzipped(name):
-            samples = _samples(_gunzip(fh.read(), name), name)
+            stream = TarStream(name)
+            decoder = StreamDecoder(_GZ, stream.feed, limit=None, name=name)
+            try:
+                while chunk := fh.read(_READ):
+                    decoder.decode(chunk)
+                decoder.flush()
+            except CompressionError as exc:
+                raise ShardFormatError(f"{name}: not gzip, or a truncated one ({exc})") from exc
+            members, tar_bytes = stream.members(), stream.total
         else:
             with _mapped(fh, name) as buf:
-                samples = _samples(buf, name)
+                members, tar_bytes = tar_members(buf, name), len(buf)
+    samples = _samples(members)
     exts = sorted({ext for s in samples for ext, _, _ in s.members})
     largest = max((size for s in samples for _, _, size in s.members), default=0)
-    return TarSummary(len(samples), tuple(exts), largest)
+    return TarSummary(len(samples), tuple(exts), largest, tar_bytes)
 
 
 def _gzipped(name: str) -> bool:
-    return name.endswith((".gz", ".tgz"))
+    return name.endswith(GZ_SUFFIXES)
 
 
-def _gunzip(data: bytes | mmap.mmap, name: str) -> bytes:
-    try:
-        return gzip.decompress(data)
-    except (OSError, EOFError) as exc:
-        raise ShardFormatError(f"{name}: not gzip, or a truncated one ({exc})") from exc
+def declared_tar_bytes(info: ShardInfo, source: str) -> int:
+    """The size of a shard's tar as its index records it (a gzip one decodes to it).
+
+    Raises:
+        IndexFormatError: the index has no valid size (written by an older ``astream index``).
+    """
+    meta = info.config.get("webdataset")
+    value = meta.get("tar_bytes") if isinstance(meta, dict) else None
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise IndexFormatError(f"{source}: shard {info.index} ({info.raw_data.basename}): the index records no "
+                               f"valid tar_bytes ({value!r}); rebuild it with `astream index`")
+    return value
 
 
 @contextlib.contextmanager
@@ -127,23 +152,33 @@ class TarLayout:
 
 
 class TarReader:
-    """Random access to the samples of one cached tar (gzip ones are decompressed in memory).
+    """Random access to the samples of one cached tar (gzip ones are decompressed in memory,
+    at most to the size the index declares).
 
     Raises:
-        ShardFormatError: not a tar, or a sample count that differs from the index.
+        IndexFormatError: a gzip tar whose index records no decompressed size.
+        ShardFormatError: not a tar, a gzip tar that decodes to another size than the
+            index's, or a sample count that differs from the index.
     """
 
     def __init__(self, path: str, layout: TarLayout, info: ShardInfo) -> None:
         self.layout = layout
         self.name = path
         self.shard = info.index
+        gzipped = _gzipped(info.raw_data.basename)
+        size = declared_tar_bytes(info, path) if gzipped else 0
         mapped = map_file(path, info.index)
-        self._buf: bytes | mmap.mmap = mapped
+        self._buf: bytes | bytearray | mmap.mmap = mapped
         try:
-            if _gzipped(info.raw_data.basename):
-                self._buf = _gunzip(mapped, f"{path} (shard {info.index})")
+            if gzipped:
+                # In bounded steps that stop at the size the index declares (a bomb costs that).
+                where = f"{path} (shard {info.index})"
+                try:
+                    self._buf = _GZ.decompress(mapped, size=size, name=where)
+                except CompressionError as exc:
+                    raise ShardFormatError(f"{exc}; the file changed or is hostile: rebuild the index") from exc
                 mapped.close()
-            self._samples = _samples(self._buf, path)
+            self._samples = _samples(tar_members(self._buf, path))
         except BaseException:
             self.close()
             raise
@@ -186,6 +221,7 @@ def tar_entry(name: str, size: int, etag: str | None, summary: TarSummary, colum
     return {"version": 2, "format": "webdataset", "samples": summary.samples, "compression": None, "hashes": [],
             "size_limit": None, "column_names": list(columns), "column_encodings": ["bytes"] * len(columns),
             "raw_data": {"basename": name, "bytes": size, "hashes": {}}, "zip_data": None,
-            "webdataset": {"etag": etag, "extensions": list(summary.extensions), "largest": summary.largest}}
+            "webdataset": {"etag": etag, "extensions": list(summary.extensions), "largest": summary.largest,
+                           "tar_bytes": summary.tar_bytes}}
 
 

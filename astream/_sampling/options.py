@@ -67,6 +67,9 @@ class PlanOptions:
         put("sampling_granularity", check_int("sampling_granularity", self.sampling_granularity, 1))
         put("batching_method", check_choice("batching_method", self.batching_method, defaults.BATCHING_METHODS))
         ncn = check_optional_int("num_canonical_nodes", self.num_canonical_nodes, 0)
+        if ncn is not None and ncn > defaults.MAX_CANONICAL_NODES:
+            raise ConfigError(f"num_canonical_nodes={ncn} is over {defaults.MAX_CANONICAL_NODES} (64 per node for "
+                              "16,384 nodes), the most a plan takes: each costs memory and time")
         put("num_canonical_nodes", defaults.resolve_num_canonical_nodes(ncn, self.shuffle_algo, self.num_physical_nodes))
         block = check_optional_int("shuffle_block_size", self.shuffle_block_size, 1)
         put("shuffle_block_size", defaults.resolve_shuffle_block_size(block, self.resolved_ncn))

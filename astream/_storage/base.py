@@ -271,8 +271,12 @@ class Storage(AsyncResource, abc.ABC):
     async def list_objects(self, url: str) -> list[tuple[str, ObjectInfo]]:
         """Every object under the folder or prefix ``url``, by name relative to it (``a/b.parquet``).
 
+        A backend returns its listing through :func:`~astream._format.names.checked_listing`: the names are
+        someone else's (a bucket's keys), and the callers join them into cache paths.
+
         Raises:
             RemoteNotFoundError: there is no such folder (a prefix with no objects is empty).
+            IndexFormatError: a name is not a safe relative path (``..``, absolute, NUL).
             UsageError: the backend cannot list (the base class; HTTP servers cannot).
         """
         from astream.errors import UsageError
@@ -288,16 +292,20 @@ class Storage(AsyncResource, abc.ABC):
         """
 
     async def fetch(
-        self, url: str, local_path: str, *, size: int | None = None, executor: Executor | None = None
+        self, url: str, local_path: str, *, size: int | None = None, executor: Executor | None = None,
+        limit: int | None = None,
     ) -> int:
         """Download ``url`` to ``local_path`` atomically (temporary file, fsync, rename).
+
+        Args:
+            limit: refuse (``DownloadError``) an object of more bytes, as they arrive.
 
         Returns:
             The number of bytes written. On failure no file (and no temporary) is left.
         """
         folder = os.path.dirname(local_path) or "."
         await asyncio.get_running_loop().run_in_executor(executor, lambda: os.makedirs(folder, exist_ok=True))
-        sink = FileSink(local_path, executor)
+        sink = FileSink(local_path, executor, limit=limit, name=url)
         try:
             await self.fetch_into(url, sink, size=size)
             await sink.commit()

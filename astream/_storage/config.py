@@ -19,10 +19,17 @@ from typing import Any
 
 from astream.errors import ConfigError
 
-__all__ = ["COMMON_KEYS", "RemoteConfig", "freeze"]
+__all__ = ["COMMON_KEYS", "PUBLIC_KEYS", "RemoteConfig", "freeze"]
 
 # Keys every backend accepts: they set the per-attempt timeouts of StorageOptions.
 COMMON_KEYS = frozenset({"timeout", "connect_timeout"})
+# Options whose values say where and how, never who: shown in reprs and messages. Every
+# other value (keys, secrets, tokens, SAS, header values, a registered backend's own
+# options) is shown as '***': a repr of a dataset or its config goes to logs.
+PUBLIC_KEYS = COMMON_KEYS | frozenset({
+    "endpoint_url", "endpoint", "region", "anonymous", "requester_pays", "ca_bundle", "verify_ssl",
+    "account_name", "project", "profile", "service_file",
+})
 
 
 def freeze(value: Any, where: str) -> Any:
@@ -92,6 +99,9 @@ class RemoteConfig:
     def __bool__(self) -> bool:
         return bool(self.items)
 
+    def __repr__(self) -> str:
+        return f"RemoteConfig({', '.join(f'{k}={_shown(k, v)}' for k, v in self.items)})"
+
     def keys(self) -> list[str]:
         """The option names given."""
         return [k for k, _ in self.items]
@@ -127,7 +137,8 @@ class RemoteConfig:
         if value is None:
             return None
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"storage_options for {url!r}: {key} must be a non-empty string, got {value!r}")
+            raise ConfigError(f"storage_options for {url!r}: {key} must be a non-empty string, "
+                              f"got {_shown(key, value)}")
         return value
 
     def flag(self, key: str, url: str, default: bool = False) -> bool:
@@ -149,8 +160,22 @@ class RemoteConfig:
         """
         value = self.get("headers", {})
         if not isinstance(value, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in value.items()):
-            raise ConfigError(f"storage_options for {url!r}: headers must map strings to strings, got {value!r}")
+            raise ConfigError(f"storage_options for {url!r}: headers must map strings to strings, got "
+                              f"{_shown('headers', freeze(value, 'headers'))}")
         return value
+
+
+def _shown(key: str, value: Any) -> str:
+    """``value`` of option ``key`` as reprs and messages may show it (secrets masked)."""
+    if key in PUBLIC_KEYS:
+        return repr(_thaw(value))
+    if key == "headers" and isinstance(value, _Frozen):  # names tell what is set; values may be tokens
+        return "{" + ", ".join(f"{k!r}: {_masked(v)}" for k, v in value) + "}"
+    return _masked(value)
+
+
+def _masked(value: Any) -> str:
+    return "'***'" if isinstance(value, str) else f"<{type(value).__name__}>"
 
 
 EMPTY = RemoteConfig()

@@ -20,8 +20,10 @@ import os
 import re
 import ssl
 from collections.abc import AsyncIterator
+from typing import Any
 
 import aiohttp
+import yarl
 
 from astream._storage.base import (
     CONTENT_RANGE,
@@ -126,7 +128,31 @@ class HttpStorage(Storage):
         config = self.options.remote
         config.check(where, self.option_keys)
         self._headers = config.headers(where) if "headers" in self.option_keys else {}
+        self._home: set[yarl.URL] = set()  # origins astream asked for: credentials go there only
+        self._ours: set[str] = set()  # the names of the headers it adds
         self._ssl = ssl_context(where, config.text("ca_bundle", where), config.flag("verify_ssl", where, True))
+
+    async def _prepare(self, url: str) -> tuple[str, dict[str, str]]:
+        """:meth:`_request`, noting the origin asked and the headers sent to it."""
+        target, headers = await self._request(url)
+        self._home.add(yarl.URL(target).origin())
+        self._ours.update(headers)
+        return target, headers
+
+    async def _credentials_stay_home(
+        self, req: aiohttp.ClientRequest, handler: aiohttp.ClientHandlerType
+    ) -> aiohttp.ClientResponse:
+        # Every hop of a redirect comes here: one to an origin astream did not ask for (a
+        # CDN, another host) gets none of the headers added for the remote. aiohttp drops
+        # Authorization and Cookie itself, not X-Api-Key or any other credential header.
+        if req.url.origin() not in self._home:
+            for name in self._ours:
+                req.headers.popall(name, None)
+        return await handler(req)
+
+    def _middlewares(self, session: aiohttp.ClientSession) -> tuple[Any, ...]:
+        # Per request, so an injected session gets it too (after its own middlewares).
+        return (*getattr(session, "_middlewares", ()), self._credentials_stay_home)
 
     async def _request(self, url: str) -> tuple[str, dict[str, str]]:
         """The HTTP(S) URL to ask for ``url`` and the headers of every request for it.
@@ -166,7 +192,7 @@ class HttpStorage(Storage):
         ev = events or self.events
         session = self._get_session()
 
-        target, base = await self._request(url)
+        target, base = await self._prepare(url)
 
         async def attempt(n: int) -> None:
             headers = dict(base)
@@ -182,7 +208,7 @@ class HttpStorage(Storage):
                 await sink.restart()
                 offset = 0
             try:
-                async with session.get(target, headers=headers) as resp:
+                async with session.get(target, headers=headers, middlewares=self._middlewares(session)) as resp:
                     total = self._check_response(url, resp, offset, size)
                     if resp.status == 200 and sink.received:
                         await sink.restart()  # the server sent the whole object again
@@ -226,11 +252,11 @@ class HttpStorage(Storage):
 
     async def read_bytes(self, url: str) -> bytes:
         session = self._get_session()
-        target, headers = await self._request(url)
+        target, headers = await self._prepare(url)
 
         async def attempt(n: int) -> bytes:
             try:
-                async with session.get(target, headers=headers) as resp:
+                async with session.get(target, headers=headers, middlewares=self._middlewares(session)) as resp:
                     if resp.status != 200:
                         raise self._error(url, resp)
                     return await resp.read()
@@ -245,12 +271,12 @@ class HttpStorage(Storage):
             return b""
         session = self._get_session()
         length = end - start
-        target, base = await self._request(url)
+        target, base = await self._prepare(url)
         headers = {**base, "Range": f"bytes={start}-{end - 1}"}
 
         async def attempt(n: int) -> bytes:
             try:
-                async with session.get(target, headers=headers) as resp:
+                async with session.get(target, headers=headers, middlewares=self._middlewares(session)) as resp:
                     if resp.status == 200:
                         # The server ignores ranges and is sending the whole object: drop the
                         # connection rather than drain a shard we did not ask for.
@@ -281,11 +307,12 @@ class HttpStorage(Storage):
     async def _head(self, url: str) -> ObjectInfo | None:
         """The object's size and ETag from a HEAD request; None when there is no such object."""
         session = self._get_session()
-        target, headers = await self._request(url)
+        target, headers = await self._prepare(url)
 
         async def attempt(n: int) -> ObjectInfo | None:
             try:
-                async with session.head(target, headers=headers, allow_redirects=True) as resp:
+                async with session.head(target, headers=headers, allow_redirects=True,
+                                        middlewares=self._middlewares(session)) as resp:
                     if resp.status in (404, 410):
                         return None
                     if resp.status < 300:
@@ -310,7 +337,7 @@ class HttpStorage(Storage):
 
     async def put(self, local_path: str, url: str) -> None:
         session = self._get_session()
-        target, base = await self._request(url)
+        target, base = await self._prepare(url)
         chunk = self.options.chunk_size
         length = (await asyncio.get_running_loop().run_in_executor(None, os.stat, local_path)).st_size
 
@@ -323,7 +350,8 @@ class HttpStorage(Storage):
         async def attempt(n: int) -> None:
             try:
                 headers = {**base, "Content-Length": str(length)}
-                async with session.put(target, data=body(), headers=headers) as resp:
+                async with session.put(target, data=body(), headers=headers,
+                                       middlewares=self._middlewares(session)) as resp:
                     if resp.status >= 300:
                         raise self._error(url, resp, "upload")
             except _NETWORK_ERRORS as exc:

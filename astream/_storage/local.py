@@ -17,6 +17,7 @@ from urllib.parse import unquote, urlsplit
 import aiofiles
 import aiofiles.os
 
+from astream._format.names import checked_listing
 from astream._storage.base import (
     ObjectInfo,
     Storage,
@@ -231,14 +232,15 @@ class LocalStorage(Storage):
                     st = os.stat(path)
                     rel = os.path.relpath(path, root).replace(os.sep, "/")
                     out.append((rel, ObjectInfo(st.st_size, f"{st.st_mtime_ns:x}-{st.st_size:x}")))
-            return sorted(out)
+            return out
 
         if not await aiofiles.os.path.isdir(root):
             raise _translate(url, FileNotFoundError(errno.ENOENT, "no such directory", root))
         try:
-            return await asyncio.get_running_loop().run_in_executor(None, walk)
+            listed = await asyncio.get_running_loop().run_in_executor(None, walk)
         except OSError as exc:
             raise _translate(url, exc) from exc
+        return checked_listing(url, listed)
 
     async def put(self, local_path: str, url: str) -> None:
         dest = local_path_of(url)

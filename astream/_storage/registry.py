@@ -17,6 +17,7 @@ import importlib.metadata
 import logging
 import posixpath
 import re
+import urllib.parse
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -136,6 +137,7 @@ def _load_entry_points() -> None:
 
 
 def _entry(url: str) -> _Entry:
+    _refuse_credentials(url)
     scheme = scheme_of(url)
     scheme = _ALIASES.get(scheme, scheme)
     entry = _FACTORIES.get(scheme)
@@ -145,6 +147,22 @@ def _entry(url: str) -> _Entry:
     if entry is None:
         raise ConfigError(f"remote {url!r}: unsupported scheme {scheme_of(url)!r}; {known_schemes()}")
     return entry
+
+
+def _refuse_credentials(url: str) -> None:
+    """A URL is named in messages, logs and metrics: it must not carry a secret (``user:pw@``).
+
+    Raises:
+        ConfigError: the URL has a user or password part (the message shows neither).
+    """
+    parts = urllib.parse.urlsplit(url)
+    if parts.scheme and "@" in parts.netloc:
+        shown = parts._replace(netloc=parts.netloc.rpartition("@")[2]).geturl()
+        raise ConfigError(
+            f"remote {shown!r} carries credentials in its URL (user:password@); astream names URLs in messages, "
+            "logs and metrics: give them in storage_options instead (headers={'Authorization': ...}, or the "
+            "backend's key and secret)"
+        )
 
 
 def known_schemes() -> str:

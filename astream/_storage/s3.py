@@ -25,6 +25,7 @@ from urllib.parse import urlsplit
 
 import aiohttp
 
+from astream._format.names import checked_listing
 from astream._storage.base import (
     ObjectInfo,
     Storage,
@@ -361,15 +362,16 @@ class S3Storage(Storage):
                 while True:
                     extra = {"ContinuationToken": token} if token else {}
                     page = await client.list_objects_v2(Bucket=bucket, Prefix=prefix, **extra, **self._extra(bucket))
+                    # A key ending in "/" is a folder marker (consoles make them), not data.
                     out.extend((obj["Key"][len(prefix):], ObjectInfo(int(obj["Size"]), obj.get("ETag")))
-                               for obj in page.get("Contents", ()))
+                               for obj in page.get("Contents", ()) if not obj["Key"].endswith("/"))
                     token = page.get("NextContinuationToken")
                     if not page.get("IsTruncated") or not token:
-                        return sorted(out)
+                        return out
             except Exception as exc:
                 raise self._translate(url, exc) from exc
 
-        return await with_retries(url, attempt, self.options, self.events)
+        return checked_listing(url, await with_retries(url, attempt, self.options, self.events))
 
     async def put(self, local_path: str, url: str) -> None:
         client = await self._get_client()

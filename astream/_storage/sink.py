@@ -24,8 +24,9 @@ from typing import BinaryIO, Protocol
 
 from astream._format.files import fsync_dir  # the one implementation, re-exported for the cache
 from astream._storage.executor import PriorityExecutor
+from astream.errors import DownloadError
 
-__all__ = ["BufferedSink", "FileSink", "Sink", "copy_range", "datasync", "fsync_dir"]
+__all__ = ["BufferedSink", "BytesSink", "FileSink", "Sink", "copy_range", "datasync", "fsync_dir", "read_limited"]
 
 # Small enough that the decoding of a shard keeps pace with its bytes (little is left to
 # do when the last byte arrives), large enough that the hop to a thread costs little.
@@ -244,10 +245,18 @@ class BufferedSink:
 
 
 class FileSink(BufferedSink):
-    """Writes an object to ``<path>.<token>.tmp``; :meth:`commit` fsyncs and renames it to ``path``."""
+    """Writes an object to ``<path>.<token>.tmp``; :meth:`commit` fsyncs and renames it to ``path``.
 
-    def __init__(self, path: str, executor: Executor | None = None, fsync: bool = True) -> None:
+    Args:
+        limit: refuse an object larger than this many bytes (an index: what it costs to
+            parse it is bounded by what is fetched); ``name`` says which in the error.
+    """
+
+    def __init__(self, path: str, executor: Executor | None = None, fsync: bool = True,
+                 limit: int | None = None, name: str = "") -> None:
         super().__init__(executor)
+        self.limit = limit
+        self.name = name or path
         self.path = path
         self.tmp_path = f"{path}.{os.getpid()}.{os.urandom(4).hex()}.tmp"
         self._fsync = fsync
@@ -257,6 +266,19 @@ class FileSink(BufferedSink):
         if self._fh is None:
             self._fh = open(self.tmp_path, "wb")  # noqa: SIM115 - closed in _close_files
         return self._fh
+
+    def _check_limit(self, more: int) -> None:
+        if self.limit is not None and self.received + more > self.limit:
+            raise DownloadError(f"{self.name}: more than {self.limit} bytes, the most astream reads of this file "
+                                "(an index is never that large: is this the right URL?)")
+
+    async def write(self, data: bytes) -> None:
+        self._check_limit(len(data))
+        await super().write(data)
+
+    def consume_range(self, fd: int, offset: int, count: int) -> int:
+        self._check_limit(count)
+        return super().consume_range(fd, offset, count)
 
     def _consume(self, chunks: list[bytes]) -> None:
         fh = self._open()
@@ -298,3 +320,47 @@ class FileSink(BufferedSink):
         except BaseException:
             self.abort()
             raise
+
+
+class BytesSink:
+    """Keeps an object in memory, refusing one over ``limit`` bytes as it arrives (an index
+    or a listing's index: small files whose size the other side decides)."""
+
+    def __init__(self, url: str, limit: int) -> None:
+        self.url = url
+        self.limit = limit
+        self._parts: list[bytes] = []
+        self._received = 0
+
+    @property
+    def received(self) -> int:
+        return self._received
+
+    async def write(self, data: bytes) -> None:
+        if self._received + len(data) > self.limit:
+            raise DownloadError(f"{self.url}: more than {self.limit} bytes, the most astream reads of this file "
+                                "(an index is never that large: is this the right URL?)")
+        self._parts.append(data)
+        self._received += len(data)
+
+    async def restart(self) -> None:
+        self._parts, self._received = [], 0
+
+    def value(self) -> bytes:
+        """The object's bytes (once the transfer ended)."""
+        return b"".join(self._parts)
+
+
+class _FetchesInto(Protocol):
+    async def fetch_into(self, url: str, sink: Sink) -> None: ...
+
+
+async def read_limited(storage: _FetchesInto, url: str, limit: int) -> bytes:
+    """The whole object at ``url``, refused (``DownloadError``) past ``limit`` bytes as it arrives.
+
+    For the small files whose size someone else decides (an index.json, a written
+    WebDataset or Parquet index): what a hostile one costs is bounded before it is parsed.
+    """
+    sink = BytesSink(url, limit)
+    await storage.fetch_into(url, sink)
+    return sink.value()

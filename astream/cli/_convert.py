@@ -30,6 +30,7 @@ from astream.cli._convert_engine import ENGINES, run_engine
 from astream.cli._infer import coerce, infer_columns, parse_column_overrides
 from astream.cli._inputs import FORMATS, Part, detect_format, plan_parts, read_part, typed_columns
 from astream.cli._merge import PARTS_DIR, merge_parts
+from astream.cli._out import prepare_out
 from astream.cli._output import CommandError, format_size, progress
 from astream.cli._source import is_local
 from astream.cli._upload import remote_has_index, upload_dataset
@@ -190,16 +191,6 @@ def _check_settings(settings: Settings) -> None:
             raise CommandError(str(exc), 2) from exc
 
 
-def _prepare_out(out: str, overwrite: bool) -> None:
-    if os.path.isfile(out):
-        raise CommandError(f"--out {out}: is a file, not a directory", 2)
-    if os.path.isdir(out) and os.listdir(out):
-        if not overwrite:
-            raise CommandError(f"--out {out}: exists and is not empty; pass --overwrite to replace it", 2)
-        shutil.rmtree(out)
-    os.makedirs(out, exist_ok=True)
-
-
 def run(args: argparse.Namespace) -> int:
     """Convert; exit code 0 on success."""
     for name in ("workers", "parts"):
@@ -224,7 +215,7 @@ def run(args: argparse.Namespace) -> int:
     _check_settings(settings)
     quiet = bool(getattr(args, "quiet", False))
     if is_local(args.out):
-        _prepare_out(local_path_of(args.out), args.overwrite)
+        prepare_out(local_path_of(args.out), args.overwrite, args.inputs)
         return _convert(parts, local_path_of(args.out), settings, workers, fmt, quiet)
     # A remote output: convert into a local staging folder, then upload it.
     if run_loop(remote_has_index(args.out)) and not args.overwrite:

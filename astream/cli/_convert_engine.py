@@ -12,7 +12,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
-import shutil
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +20,7 @@ from astream._storage.local import local_path_of
 from astream._storage.loop import run as run_loop
 from astream.cli._infer import parse_column_overrides
 from astream.cli._inputs import detect_format
+from astream.cli._out import prepare_out
 from astream.cli._output import CommandError, progress
 from astream.cli._source import is_local
 from astream.cli._upload import remote_has_index
@@ -115,13 +115,9 @@ def _engine(name: str, workers: int) -> Iterator[Any]:
         session.stop()
 
 
-def _check_out(out: str, overwrite: bool) -> None:
+def _check_out(out: str, overwrite: bool, inputs: list[str]) -> None:
     if is_local(out):
-        path = local_path_of(out)
-        if os.path.isdir(path) and os.listdir(path):
-            if not overwrite:
-                raise CommandError(f"--out {out}: exists and is not empty; pass --overwrite to replace it", 2)
-            shutil.rmtree(path)
+        prepare_out(local_path_of(out), overwrite, inputs)
     elif run_loop(remote_has_index(out)) and not overwrite:
         raise CommandError(f"--out {out}: already holds a dataset; pass --overwrite to replace it", 2)
 
@@ -131,7 +127,7 @@ def run_engine(args: argparse.Namespace) -> int:
     overrides = parse_column_overrides(args.columns or [])
     fmt = _format(args)
     workers = args.workers or max(1, min(os.cpu_count() or 1, 8))
-    _check_out(args.out, args.overwrite)
+    _check_out(args.out, args.overwrite, args.inputs)
     out = local_path_of(args.out) if is_local(args.out) else args.out
     writer: dict[str, Any] = {"size_limit": args.size_limit}
     if args.compression:

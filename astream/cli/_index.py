@@ -19,6 +19,7 @@ from typing import Any
 from astream._cache.parquet_index import PARQUET_INDEX, dump_footers, scan_footers
 from astream._cache.parquet_index import SUFFIXES as PARQUET_SUFFIXES
 from astream._cache.wds_index import WDS_INDEX, build_wds_index, dump_tars, scan_tars
+from astream._format.names import check_split
 from astream._format.parquet.build import build_index
 from astream._format.webdataset import TAR_SUFFIXES
 from astream._storage.loop import run as run_loop
@@ -78,6 +79,7 @@ async def _index(root: str, fmt: str | None) -> tuple[str, int, int, int, int]:
 
 
 def run(args: argparse.Namespace) -> int:
+    check_split(args.split)
     root = join_url(args.location, args.split)
     target, files, shards, rows, size = run_loop(_index(root, args.format))
     if not getattr(args, "quiet", False):

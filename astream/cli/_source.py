@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import os
 
-from astream._format.index import INDEX_NAME, Index
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index
+from astream._format.names import check_split
 from astream._storage.local import local_path_of
 from astream._storage.loop import run
 from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream._storage.sink import read_limited
 from astream.cli._output import CommandError
 
 __all__ = ["dataset_root", "is_local", "read_index"]
@@ -20,6 +22,7 @@ def is_local(location: str) -> bool:
 
 def dataset_root(location: str, split: str | None) -> str:
     """The URL (or path) of the folder holding the index.json of ``location``/``split``."""
+    check_split(split)
     return join_url(location, split)
 
 
@@ -46,7 +49,7 @@ def read_index(location: str, split: str | None = None) -> Index:
 
 async def _fetch_index(url: str) -> Index:
     async with StoragePool() as pool:
-        data = await pool.get(url).read_bytes(url)
+        data = await read_limited(pool.get(url), url, MAX_INDEX_BYTES)
     return Index.from_bytes(data, url)
 
 

@@ -40,7 +40,7 @@ def raw_bytes(root: Path, index: Index, i: int) -> bytes:
 
     shard = index.shards[i]
     data = (root / shard.stored.basename).read_bytes()
-    return get_codec(shard.compression).decompress(data) if shard.compression else data
+    return bytes(get_codec(shard.compression).decompress(data, size=shard.raw_data.bytes)) if shard.compression else data
 
 
 def tree(root: Path) -> list[str]:

@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astream._format.tar import BLOCK, tar_members
+from astream._format.tar import BLOCK, MAX_EXTENSION, TarStream, tar_members
 from astream.errors import ShardFormatError
 
 
@@ -113,3 +113,53 @@ def test_checksum_fields_as_writers_spell_them(layout: str) -> None:
     data[0] ^= 0x01  # the name changes, the checksum does not match any more
     with pytest.raises(ShardFormatError, match="bad header checksum at byte 0"):
         tar_members(bytes(data), "t.tar")
+
+
+def _streamed(data: bytes, step: int) -> list[tuple[str, int, int]]:
+    stream = TarStream("t.tar")
+    for at in range(0, len(data), step):
+        stream.feed(data[at : at + step])
+    return stream.members()
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.tuples(st.text("abc/._-é", min_size=1, max_size=140).filter(lambda n: not n.endswith("/")),
+                          st.binary(max_size=1500)), max_size=12),
+       st.sampled_from([tarfile.GNU_FORMAT, tarfile.PAX_FORMAT]), st.integers(1, 3000))
+def test_a_stream_in_any_windows_reads_the_same(entries: list[tuple[str, bytes]], fmt: int, step: int) -> None:
+    data = _archive(fmt, list(entries))
+    assert _streamed(data, step) == tar_members(data, "t.tar")
+
+
+def test_a_stream_refuses_what_the_buffer_refuses() -> None:
+    data = _archive(tarfile.PAX_FORMAT, [(LONG, b"1" * 700), ("b.cls", b"2" * 100)])
+    for cut in (100, BLOCK + 100, 3 * BLOCK + 50):  # in a header, in the pax body, in a member
+        with pytest.raises(ShardFormatError, match="truncated"):
+            _streamed(data[:cut], 64)
+        with pytest.raises(ShardFormatError, match="truncated"):
+            tar_members(data[:cut], "t.tar")
+
+
+def _pax_member(records: dict[str, str], body: bytes = b"abc") -> bytes:
+    info = tarfile.TarInfo("m.bin")
+    info.size = len(body)
+    info.pax_headers = records
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        tar.addfile(info, io.BytesIO(body))
+    return out.getvalue()
+
+
+@pytest.mark.parametrize("size", ["12abc", "-3", " 3", "0x10", "³"])
+def test_a_pax_size_that_is_not_a_number(size: str) -> None:
+    data = _pax_member({"size": size})
+    with pytest.raises(ShardFormatError, match=r"t\.tar: a pax header's size record is .*not a decimal number"):
+        tar_members(data, "t.tar")
+    with pytest.raises(ShardFormatError, match="not a decimal number"):
+        _streamed(data, 100)
+
+
+def test_an_extension_header_is_bounded() -> None:
+    data = _pax_member({"comment": "x" * (MAX_EXTENSION + 10)})
+    with pytest.raises(ShardFormatError, match=r"a tar extension header of \d+ bytes at byte 0"):
+        _streamed(data, 4096)

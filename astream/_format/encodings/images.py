@@ -3,7 +3,9 @@
 Pillow is optional (the ``image`` extra) and imported on first use, so datasets
 without image columns never need it. Decoded images are loaded eagerly: a corrupt
 image then fails inside astream with an error that names the shard and sample,
-instead of later in the user's code.
+instead of later in the user's code. A ``jpeg`` or ``png`` column is decoded by that
+format's plugin alone (MosaicML lets Pillow guess: PNG, WebP or EPS in a ``jpeg``
+column would be decoded too).
 
 Byte layouts (all integers little-endian uint32):
 
@@ -89,7 +91,9 @@ class _FileImageEncoding(Encoding):
 
     def decode_unchecked(self, data: Buffer) -> Any:
         image = pil_image(f"encoding {self.name!r}")
-        opened = image.open(io.BytesIO(bytes(data)))
+        # Only the declared format's plugin: a column of someone else's bytes must not
+        # reach Pillow's other parsers (EPS runs Ghostscript where it is installed).
+        opened = image.open(io.BytesIO(bytes(data)), formats=(self.format,))
         opened.load()
         return opened
 
