@@ -3,19 +3,26 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# `make demo` needs only the core package (numpy, zstandard, xxhash, aiohttp, aiofiles, uvloop,
+# tqdm): a stamp of its own, so that a first demo does not install the dev tools.
+CORE_STAMP := $(VENV)/.installed-core
 LINT_PATHS := astream tests $(wildcard benchmarks examples)
 
 .PHONY: demo test lint docs clean azurite
 # Azurite (the Azure Blob emulator of the azure:// tests) from npm, pinned: later ones need a newer Node than 20.
 AZURITE := $(VENV)/azurite/node_modules/.bin/azurite-blob
 
-$(STAMP): pyproject.toml
+$(CORE_STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet -e .
+	touch $(CORE_STAMP)
+
+$(STAMP): pyproject.toml $(CORE_STAMP)
 	$(PY) -m pip install --quiet --upgrade pip
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-demo: $(STAMP)
+demo: $(CORE_STAMP)
 	$(PY) -m astream.cli demo
 
 azurite: $(STAMP)

@@ -1,23 +1,18 @@
-"""Benchmarks of per-node coordination (issue 5). Results: docs/bench/coord.md.
+"""Internal floor (the node agent's own client, astream._coord): per-node coordination's overhead, issue 5.
 
-Three measurements, each the median of several runs:
+Three measurements, medians of ``--runs`` interleaved rounds (docs/bench/coord.md):
 
 1. ``ensure`` latency of a shard already in the cache, one client, over the socket
    (target: median < 200 µs);
-2. 8 ranks reading a warm cache through the agent vs the same 8 ranks reading the files
-   directly (target: >= 90 %). Two ways through the agent: one ``ensure(pin=True)`` round
-   trip per shard, and a loader's way, ``ensure_many`` of the next ``--window`` shards in
-   one round trip. Reported as wall-clock MB/s and as MB per CPU-second (readers + agent);
-   the second is what a machine shared with other jobs disturbs least;
-3. the busy leader: 8 reader ranks through the agent (small shards: one round trip per
-   256 KiB, so the agent's responsiveness shows) while the leader spins in pure Python. Baseline: the same spin in a process that is *not* the leader (same CPU
-   contention, no GIL shared with the agent). Target: <= 10 % slowdown. The same run
-   with the agent on a thread of the spinning leader shows why the agent is a process.
+2. ``--ranks`` ranks reading a warm cache through the agent against the same ranks reading the
+   files directly (target: >= 90 %): one ``ensure(pin=True)`` round trip per shard, and a
+   loader's way, ``ensure_many`` of the next ``--window`` shards at once. Wall-clock MB/s and
+   MB per CPU-second (readers + agent), which a shared machine disturbs least;
+3. the busy leader: the readers through the agent (small shards: one round trip per 256 KiB)
+   while the leader spins in pure Python, against the same spin in a process that is not the
+   leader (target: <= 10 % slowdown), and with the agent on a thread of the spinning leader.
 
-Usage::
-
-    python benchmarks/coord_bench.py [--runs 5] [--ranks 8] [--shards 16] [--shard-mb 16] [--passes 4]
-                                     [--small-shards 64] [--small-shard-mb 0.25] [--json out.json]
+    python benchmarks/coord_bench.py --runs 5 --ranks 8
 """
 
 from __future__ import annotations
@@ -26,7 +21,6 @@ import argparse
 import asyncio
 import json
 import os
-import resource
 import statistics
 import sys
 import tempfile
@@ -36,10 +30,14 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from _harness import Bench
+from _harness import parser as harness_parser
+
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
 from astream._coord.launch import new_event_loop
 from astream._coord.world import World
+from astream.cli._harness.work import cpu_s as _cpu
 
 # The tests' whole-file fetcher, imported by the name agent processes unpickle it by
 # (their PYTHONPATH is the repository root).
@@ -73,16 +71,13 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
     await asyncio.sleep(max(0.0, spec["start_at"] - time.time()))
     start, cpu = time.time(), _cpu()
     total = 0
-    waits: list[float] = []
     for _ in range(spec["passes"]):
         if node is None:
             for key in keys:
                 total += _read(os.path.join(spec["local"], key))
         elif spec["mode"] == "agent":
             for key in keys:
-                t = time.perf_counter()
                 async with node.pinned(key) as path:
-                    waits.append(time.perf_counter() - t)
                     total += _read(path)
         else:  # agent-window: pin the next `window` shards in one round trip, as a loader walking its plan
             for i in range(0, len(keys), spec["window"]):
@@ -93,12 +88,7 @@ async def reader(spec: dict[str, Any]) -> dict[str, Any]:
     end, cpu = time.time(), _cpu() - cpu
     if node is not None:
         await node.aclose()
-    return {"bytes": total, "start": start, "end": end, "cpu": cpu, "waits": waits}
-
-
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
+    return {"bytes": total, "start": start, "end": end, "cpu": cpu}
 
 
 async def spinner(spec: dict[str, Any]) -> dict[str, Any]:
@@ -130,9 +120,8 @@ def role_main(role: str, spec: dict[str, Any]) -> None:
 
 
 async def spawn(role: str, spec: dict[str, Any]) -> asyncio.subprocess.Process:
-    return await asyncio.create_subprocess_exec(
-        sys.executable, __file__, "--role", role, json.dumps(spec), stdout=asyncio.subprocess.PIPE,
-    )
+    return await asyncio.create_subprocess_exec(sys.executable, __file__, "--role", role, json.dumps(spec),
+                                                stdout=asyncio.subprocess.PIPE)
 
 
 async def last_json(proc: asyncio.subprocess.Process) -> dict[str, Any]:
@@ -142,13 +131,10 @@ async def last_json(proc: asyncio.subprocess.Process) -> dict[str, Any]:
 
 
 def make_dataset(root: Path, shards: int, shard_mb: float) -> list[str]:
-    remote = root / "remote"
-    remote.mkdir()
-    keys = []
-    for i in range(shards):
-        key = f"shard.{i:05d}.mds"
-        (remote / key).write_bytes(os.urandom(int(shard_mb * (1 << 20))))
-        keys.append(key)
+    (root / "remote").mkdir()
+    keys = [f"shard.{i:05d}.mds" for i in range(shards)]
+    for key in keys:
+        (root / "remote" / key).write_bytes(os.urandom(int(shard_mb * (1 << 20))))
     return keys
 
 
@@ -225,42 +211,32 @@ async def readers_run(args: argparse.Namespace, root: Path, keys: list[str], mod
     total = sum(r["bytes"] for r in results)
     wall = max(r["end"] for r in results) - min(r["start"] for r in results)
     cpu = sum(r["cpu"] for r in results) + (agent_cpu if agent_mode == "process" else 0.0)
-    waits = sorted(w for r in results for w in r["waits"])
-    latency = {"ensure_p50_us": round(waits[len(waits) // 2] * 1e6, 1),
-               "ensure_p90_us": round(waits[len(waits) * 9 // 10] * 1e6, 1)} if waits else {}
-    return {"mb_s": round(total / wall / 1e6, 1), "mb_per_cpu_s": round(total / cpu / 1e6, 1), **latency,
-            "reader_cpu_s": round(sum(r["cpu"] for r in results), 3), "agent_cpu_s": round(agent_cpu, 3)}
+    return {"mb_s": round(total / wall / 1e6, 1), "mb_per_cpu_s": round(total / cpu / 1e6, 1)}
 
 
 def _cfg(config: CoordConfig) -> dict[str, Any]:
     return {k: getattr(config, k) for k in config.__dataclass_fields__}
 
 
-def summarize(runs: dict[str, list[dict[str, float]]], ensure_us: list[float], *, full: bool) -> dict[str, Any]:
-    """Medians, and medians of per-run ratios (scenarios of one run are back to back, so a
-    ratio within a run cancels most of the drift of a shared machine)."""
-    med = {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()}
-    cpu = {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()}
-    out: dict[str, Any] = {"median_mb_s": med, "median_mb_per_cpu_s": cpu}
-    if not full:
-        out["summary"] = {"mb_s": med, "mb_per_cpu_s": cpu}
-        return out
-
-    def paired(a: str, b: str, metric: str) -> float:
+def summarize(runs: dict[str, list[dict[str, float]]], ensure_us: list[float]) -> dict[str, Any]:
+    """Medians, and medians of per-round ratios (the scenarios of a round run back to back, so
+    a ratio within a round cancels most of a shared machine's drift); a pair not run is left out."""
+    def paired(a: str, b: str, metric: str) -> float | None:
+        if not runs.get(a) or not runs.get(b):
+            return None
         return round(statistics.median(x[metric] / y[metric] for x, y in zip(runs[a], runs[b], strict=True)), 3)
 
-    out["summary"] = {
-        "ensure_median_us": statistics.median(ensure_us),
-        "agent_vs_direct": paired("agent", "direct", "mb_s"),
-        "agent_window_vs_direct": paired("agent_window", "direct", "mb_s"),
-        "agent_vs_direct_per_cpu": paired("agent", "direct", "mb_per_cpu_s"),
-        "agent_window_vs_direct_per_cpu": paired("agent_window", "direct", "mb_per_cpu_s"),
-        "busy_leader_slowdown": round(1 - paired("small_spin_leader", "small_spin_follower", "mb_s"), 3),
-        "busy_leader_slowdown_per_cpu": round(1 - paired("small_spin_leader", "small_spin_follower", "mb_per_cpu_s"), 3),
-        "busy_thread_agent_slowdown": round(1 - paired("small_spin_leader_thread_agent", "small_spin_follower", "mb_s"), 3),
-        "any_spinner_slowdown": round(1 - paired("small_spin_follower", "small_no_spin", "mb_s"), 3),
-    }
-    return out
+    pairs = {"agent_vs_direct": ("agent", "direct"), "agent_window_vs_direct": ("agent_window", "direct"),
+             "busy_leader": ("small_spin_leader", "small_spin_follower"),
+             "busy_thread_agent": ("small_spin_leader_thread_agent", "small_spin_follower"),
+             "any_spinner": ("small_spin_follower", "small_no_spin")}
+    summary: dict[str, Any] = {"ensure_median_us": statistics.median(ensure_us)}
+    for name, (a, b) in pairs.items():
+        for metric in ("mb_s", "mb_per_cpu_s"):
+            summary[f"{name} ({metric})"] = paired(a, b, metric)
+    return {"median_mb_s": {k: statistics.median(r["mb_s"] for r in v) for k, v in runs.items()},
+            "median_mb_per_cpu_s": {k: statistics.median(r["mb_per_cpu_s"] for r in v) for k, v in runs.items()},
+            "summary": {k: v for k, v in summary.items() if v is not None}}
 
 
 async def main(args: argparse.Namespace) -> dict[str, Any]:
@@ -299,20 +275,15 @@ async def main(args: argparse.Namespace) -> dict[str, Any]:
                 runs[name].append(await readers_run(args, root, keys, passes=passes, **kw))
             print(f"run {i + 1}:", {k: v[-1] for k, v in runs.items()}, flush=True)
     results["runs"] = runs
-    results.update(summarize(runs, results["ensure_us"], full=not args.only))
+    results.update(summarize(runs, results["ensure_us"]))
     return results
 
 
 if __name__ == "__main__":
-    if len(sys.argv) == 3 and sys.argv[1] == "--summarize":  # re-read a --json file
-        saved = json.loads(Path(sys.argv[2]).read_text())
-        print(json.dumps(summarize(saved["runs"], saved["ensure_us"], full=True)["summary"], indent=2))
-        sys.exit(0)
     if len(sys.argv) > 2 and sys.argv[1] == "--role":
         role_main(sys.argv[2], json.loads(sys.argv[3]))
         sys.exit(0)
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", type=int, default=5)
+    parser = harness_parser(__doc__, "coord", runs=5)
     parser.add_argument("--ranks", type=int, default=8)
     parser.add_argument("--shards", type=int, default=16)
     parser.add_argument("--shard-mb", type=float, default=16.0)
@@ -323,13 +294,15 @@ if __name__ == "__main__":
     parser.add_argument("--calls", type=int, default=5000)
     parser.add_argument("--window", type=int, default=8, help="shards per ensure_many in agent-window mode")
     parser.add_argument("--only", help="comma-separated scenario names (default: all)")
-    parser.add_argument("--json", type=Path, help="also write the results here")
     ns = parser.parse_args()
+    bench = Bench("coord", ns)
     loop = new_event_loop()
     try:
         out = loop.run_until_complete(main(ns))
     finally:
         loop.close()
-    print(json.dumps(out["summary"], indent=2))
-    if ns.json:
-        ns.json.write_text(json.dumps(out, indent=2))
+    bench.table(f"medians of {ns.runs} rounds, {ns.ranks} ranks, load {os.getloadavg()[0]:.1f}",
+                ["scenario", "MB/s", "MB per CPU-s"],
+                [[k, f"{v:,.1f}", f"{out['median_mb_per_cpu_s'][k]:,.1f}"] for k, v in out["median_mb_s"].items()])
+    bench.table("the targets: medians of per-round ratios (busy leader, any spinner: 1 - ratio is the slowdown)",
+                ["figure", "value"], [[k, v] for k, v in out["summary"].items()])

@@ -15,6 +15,7 @@ import traceback
 from typing import NoReturn
 
 from astream.cli._bench import add_parser as _add_bench
+from astream.cli._bench_compare import add_parser as _add_bench_compare
 from astream.cli._convert import add_parser as _add_convert
 from astream.cli._index import add_parser as _add_index
 from astream.cli._inspect import add_parser as _add_inspect
@@ -44,7 +45,8 @@ def build_parser() -> argparse.ArgumentParser:
                         help="show the full traceback of an error")
     parser = _Parser(prog="astream", description="Stream MDS datasets without torch.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    for add_parser in (_add_inspect, _add_plan, _add_convert, _add_verify, _add_serve, _add_bench, _add_index):
+    for add_parser in (_add_inspect, _add_plan, _add_convert, _add_verify, _add_serve, _add_bench, _add_bench_compare,
+                       _add_index):
         add_parser(sub, common)
     demo = sub.add_parser("demo", parents=[common], help="write a small dataset, inspect it, stream it and resume")
     demo.add_argument("--dir", default=".demo", help="where to write the demo dataset (default: .demo)")
@@ -58,9 +60,17 @@ def _run_demo(args: argparse.Namespace) -> int:
     return int(run_demo(args.dir))
 
 
+def _two_words(argv: list[str]) -> list[str]:
+    """``bench compare`` is the subcommand ``bench-compare`` (``bench`` itself takes a URL)."""
+    words = [i for i, a in enumerate(argv) if not a.startswith("-")]
+    if len(words) >= 2 and argv[words[0]] == "bench" and argv[words[1]] == "compare" and words[1] == words[0] + 1:
+        return [*argv[:words[0]], "bench-compare", *argv[words[1] + 1:]]
+    return argv
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``astream`` console script; returns the exit code."""
-    args = build_parser().parse_args(argv)
+    args = build_parser().parse_args(_two_words(sys.argv[1:] if argv is None else list(argv)))
     debug = bool(getattr(args, "debug", False))
     try:
         return int(args.func(args))

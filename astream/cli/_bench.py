@@ -31,9 +31,11 @@ __all__ = ["add_parser", "run"]
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     """Declare ``astream bench``."""
-    p = sub.add_parser("bench", parents=[common], help="stream a dataset and report throughput and cache stats",
+    p = sub.add_parser("bench", parents=[common], help="stream a dataset and report throughput and cache stats; "
+                       "'bench compare': against the installed peers",
                        description="Stream a dataset through a Loader and report samples/s, MB/s, time to "
-                                   "first batch, cache hit rate and peak memory.")
+                                   "first batch, cache hit rate and peak memory. 'astream bench compare' "
+                                   "compares astream with the installed peers (see its --help).")
     p.add_argument("url", metavar="URL", help="the remote (http(s)://, s3://, file://) or a local dataset folder")
     p.add_argument("--local", help="the cache folder (default: a fresh temporary one, i.e. a cold cache)")
     p.add_argument("--split", help="sub-folder of the dataset")

@@ -1,0 +1,62 @@
+"""The epoch plan's workload: one epoch's sample ids for the whole world (``work``), one
+worker's (``worker``) or the shuffle alone, by astream's ``astream.sampling`` or by what
+mosaicml-streaming's ``generate_work`` does for ``random`` batching (``resample_streams`` with
+every shard drawn once, ``get_partitions``, ``get_shuffle``, two ``np.where`` maps), over
+uneven shard sizes; seconds, the peak RSS and a digest of the ids."""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from typing import Any
+
+from . import stub_streaming_vision
+
+__all__ = ["plan"]
+
+
+def _vm(field: str) -> float:
+    """A memory line of /proc/self/status in MB (VmHWM: the peak resident set)."""
+    with open("/proc/self/status") as status:
+        for line in status:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def plan(lib: str, what: str, samples: int, shards: int, algo: str = "py1e", ncn: int = 8, block: int = 500_000,
+         nodes: int = 8, ranks: int = 8, workers: int = 8, batch: int = 32, epoch: int = 0) -> dict[str, Any]:
+    import numpy as np
+
+    rng = np.random.default_rng(0)
+    weights = rng.uniform(0.5, 1.5, shards)  # uneven shards, about +-50 % around the mean
+    sizes = np.diff(np.round(np.cumsum(weights) / weights.sum() * samples).astype(np.int64), prepend=0)
+    if lib == "mosaicml":
+        stub_streaming_vision()
+        from streaming.base.partition import get_partitions
+        from streaming.base.shuffle import get_shuffle
+    else:
+        import astream.sampling as sampling
+    base = _vm("VmRSS")
+    start = time.perf_counter()
+    if lib == "mosaicml" and what == "work":
+        offsets = np.cumsum(sizes) - sizes
+        keep = sizes > 0  # its loop over shards skips empty ones
+        units = sizes[keep].astype(np.int64)
+        small_per_big = np.concatenate([o + np.arange(s) for s, o in zip(sizes[keep], offsets[keep], strict=True)])
+        big = get_partitions("relaxed", int(sizes.sum()), ncn, nodes, ranks, workers, batch, 0, None)
+        shuffle = get_shuffle(algo, units, ncn, 9176, epoch, block)
+        big = np.where(big != -1, shuffle[big], -1)
+        out = np.where(big != -1, small_per_big[big], -1)
+    elif what == "shuffle":
+        out = (get_shuffle if lib == "mosaicml" else sampling.get_shuffle)(algo, sizes, ncn, 9176, epoch, block)
+    else:
+        p = sampling.EpochPlan([{"shard_sizes": sizes}], shuffle=True, shuffle_algo=algo, num_canonical_nodes=ncn,
+                               shuffle_block_size=block, batch_size=batch, num_physical_nodes=nodes,
+                               ranks_per_node=ranks, workers_per_rank=workers, epoch=epoch)
+        out = p.work() if what == "work" else p.worker_ids(nodes - 1, ranks - 1, workers - 1)
+    seconds = time.perf_counter() - start
+    peak = _vm("VmHWM")
+    digest = hashlib.sha1(np.ascontiguousarray(out, "<i8").tobytes()).hexdigest()[:16]
+    return {"seconds": seconds, "peak_rss_mb": peak, "delta_rss_mb": peak - base, "shape": list(out.shape),
+            "digest": digest}
