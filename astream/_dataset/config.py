@@ -20,6 +20,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import resolve_run_id
 from astream._coord.world import World, detect_world
 from astream._dataset.provider import CacheProviderFactory, EngineSpec
+from astream._dataset.quarantine import RAISE, BadSamplePolicy
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index, ShardInfo
@@ -74,6 +75,7 @@ class DatasetConfig:
     coord: CoordConfig | None
     transform: Callable[[Any], Any] | None = None
     storage_options: RemoteConfig = EMPTY
+    bad_samples: BadSamplePolicy = RAISE
 
     @classmethod
     def build(
@@ -87,7 +89,8 @@ class DatasetConfig:
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
-        stream_config: Mapping[str, Any] | None = None,
+        stream_config: Mapping[str, Any] | None = None, on_bad_sample: str = "raise",
+        max_bad_samples: int | float | None = None, skip_exceptions: Sequence[type[BaseException]] | None = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -158,6 +161,7 @@ class DatasetConfig:
             world=_parallel_world(unique_world, replicas),
             run_id=run,
             coord=coord, transform=_check_transform(transform), storage_options=options,
+            bad_samples=BadSamplePolicy.build(on_bad_sample, max_bad_samples, skip_exceptions),
         )
 
     def epoch_plan(

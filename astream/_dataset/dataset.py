@@ -99,6 +99,16 @@ class StreamingDataset(RandomAccess):
             ``"stream"``, is taken (astream has no registry: see docs/migration.md).
         stream_config: more keywords of the stream made from ``remote``/``local``: its
             weight (``proportion``, ``repeat`` or ``choose``), as in MosaicML.
+        on_bad_sample: ``"raise"`` (default): a sample that does not decode, a shard whose
+            hash fails after a fresh download, or a transform's error stops the iteration.
+            ``"skip"``: a :class:`Loader` replaces each bad sample inside its own batch by a
+            repeat of a good one, the same way on every rank, rerun and resume, records it
+            in its state dict and ``stats()``, and logs it once (docs/guide/bad-samples.md).
+        max_bad_samples: with ``"skip"``, how many bad samples a rank may meet per epoch: a
+            count (default 1000) or a fraction of the rank's epoch (a float below 1); one
+            more raises :class:`~astream.errors.BadDataError`.
+        skip_exceptions: with ``"skip"``, the exception types of the transform (or a
+            subclass's ``__getitem__``) that make a sample bad; others still stop.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -118,7 +128,8 @@ class StreamingDataset(RandomAccess):
         transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
-        stream_config: Mapping[str, Any] | None = None,
+        stream_config: Mapping[str, Any] | None = None, on_bad_sample: str = "raise",
+        max_bad_samples: int | float | None = None, skip_exceptions: Sequence[type[BaseException]] | None = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
@@ -315,7 +326,8 @@ class StreamingDataset(RandomAccess):
         groups decoded at ``load_state_dict`` once they are; None where that does not apply
         (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
         resume = self.run.resume
-        if resume is None or self.config.cache_limit is not None or self._steps() is not None:
+        if (resume is None or self.config.cache_limit is not None or self._steps() is not None
+                or self.config.bad_samples.skips):  # (skip: every batch through the reader's stand-ins)
             return None
         plan = self.plan(epoch=resume.epoch, sample_in_epoch=resume.sample_in_epoch, workers_per_rank=1,
                          batch_size=batch_size)
@@ -328,15 +340,18 @@ class StreamingDataset(RandomAccess):
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
         drop_last: bool = False, batch_transform: Callable[[Any], Any] | None = None,
+        skipped: frozenset[int] = frozenset(),
     ) -> AsyncIterator[EpochReader]:
-        """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
+        """A reader of one worker's batches of an epoch that starts ``offset`` samples in
+        (``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad)."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
         world = self.config.world
         order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
-                                       batch_transform, window=batch_size or self.config.batch_size or 1) as reader:
+                                       batch_transform, window=batch_size or self.config.batch_size or 1,
+                                       skipped=skipped) as reader:
             yield reader
 
     @asynccontextmanager

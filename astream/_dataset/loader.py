@@ -35,6 +35,7 @@ from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.metrics import register as register_metrics
 from astream._dataset.progress import ProgressBar
 from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
+from astream._dataset.quarantine import QUARANTINE_KEY, QuarantineBook, Substituted
 from astream._dataset.reader import StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.samples import apply_batch_transform
@@ -81,6 +82,7 @@ class _EpochJob:
     collate_fn: Collate | None
     batch_transform: BatchTransform | None
     copy_dataset: bool
+    skipped: frozenset[int] = frozenset()  # on_bad_sample="skip": ids known to be bad, never read
     # While worker processes start, the consumer reads their first batches itself (see
     # WorkerPool): the first batch no longer waits for interpreters to boot.
     stand_in: ClassVar[bool] = True
@@ -94,6 +96,7 @@ class _EpochJob:
             async with ds.open_epoch_reader(
                 self.epoch, self.offset, worker=worker_id, workers_per_rank=self.num_workers,
                 batch_size=self.batch_size, drop_last=self.drop_last, batch_transform=self.batch_transform,
+                skipped=self.skipped,
             ) as reader:
                 yield reader.batches(self.collate_fn, start_at=start_at)
         finally:
@@ -212,6 +215,10 @@ class Loader:
         self.progress = progress
         self._bar: ProgressBar | None = None
         self._epoch_samples: int | None = None  # this iteration's, for the bar
+        policy = dataset.config.bad_samples
+        # on_bad_sample="skip": the bad samples handed out, the budget, and a loaded state's count.
+        self._book = QuarantineBook(policy, dataset.unique_world.rank) if policy.skips else None
+        self._resume_spent = 0
         register_metrics(self)  # a weak reference, read only by an exporter someone enabled
         enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
@@ -248,6 +255,13 @@ class Loader:
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
         self.num_workers = self._choice.workers
 
+    def _unwrapped(self, batch: Any) -> Any:
+        """A batch with stand-ins for bad samples: its records counted (BadDataError once the
+        budget is spent) as it is handed over, then the batch itself."""
+        assert self._book is not None
+        self._book.met(batch.bad)
+        return batch.batch
+
     def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
         # Counted as it is handed over, i.e. what the training loop received.
         now = time.perf_counter()
@@ -277,6 +291,8 @@ class Loader:
                     batch = await it.__anext__()
                 except StopAsyncIteration:
                     return
+                if type(batch) is Substituted:
+                    batch = self._unwrapped(batch)
                 last = self._received(batch, asked, last, time.thread_time() - cpu)
                 yield batch
         finally:
@@ -298,15 +314,18 @@ class Loader:
             check_began(served, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
+        skipped = self._begin_budget(epoch, offset)
         if self.num_workers == 0:
             async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
-                                            drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
+                                            drop_last=self.drop_last, batch_transform=self.batch_transform,
+                                            skipped=skipped) as reader:
                 batches = reader.batches(self.collate_fn, served_first=None if served is None else served.digests)
                 yield self._counted(batches) if count else batches
             return
         assert served is None  # (taken only without workers)
         job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
-                        self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread")
+                        self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread",
+                        skipped=skipped)
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
                        batch_size=self.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
@@ -314,6 +333,17 @@ class Loader:
                               loop_factory=new_event_loop, schedule=schedule.tolist(),
                               start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
+
+    def _begin_budget(self, epoch: int, offset: int) -> frozenset[int]:
+        """on_bad_sample="skip": this epoch's budget (a resumed epoch keeps the count its state
+        had) and the ids its readers substitute without reading."""
+        book = self._book
+        if book is None:
+            return frozenset()
+        spent, self._resume_spent = (self._resume_spent if offset else 0), 0
+        whole = sum(len(b) for b in self.batch_ids(epoch)) if isinstance(book.policy.max_bad, float) else 0
+        book.begin_epoch(whole, spent)
+        return book.skipped()
 
     @asynccontextmanager
     async def _open_async(self) -> AsyncIterator[AsyncIterator[Any]]:
@@ -366,6 +396,8 @@ class Loader:
                     batch = next(batches)
                 except StopIteration:
                     return
+                if type(batch) is Substituted:
+                    batch = self._unwrapped(batch)
                 last = self._received(batch, asked, last)
                 yield batch
         finally:
@@ -396,7 +428,7 @@ class Loader:
             # starting while the stand-ins served it): wait for them (bounded), so figures
             # read after an epoch include all of it. Off the loop: their readers need it.
             await asyncio.to_thread(self._crew.settle)
-        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy())
+        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy(), self._book)
 
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
@@ -478,7 +510,10 @@ class Loader:
         consumed = self.num_samples_yielded * world.world_size
         if self.dataset.replication:
             consumed //= self.dataset.replication
-        return self.dataset.state_dict(consumed, from_beginning=False)
+        state = self.dataset.state_dict(consumed, from_beginning=False)
+        if self._book is not None:
+            state[QUARANTINE_KEY] = self._book.state()
+        return state
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume mid-epoch at the next iteration (also on another world shape).
@@ -488,6 +523,8 @@ class Loader:
         """
         self.dataset.load_state_dict(state)
         self.num_samples_yielded = 0
+        if self._book is not None:
+            self._resume_spent = self._book.load(state.get(QUARANTINE_KEY))
 
 
 def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:

@@ -37,6 +37,7 @@ __all__ = [
     "DEFAULT_MAX_BAD",
     "MODES",
     "QUARANTINE_KEY",
+    "RAISE",
     "BadSample",
     "BadSamplePolicy",
     "QuarantineBook",
@@ -159,6 +160,9 @@ class BadSamplePolicy:
         return None
 
 
+RAISE = BadSamplePolicy()  # the default: a bad sample stops the iteration
+
+
 class QuarantineBook:
     """The bad samples one consumer (a Loader on one rank) handed out, and its budget.
 
@@ -173,6 +177,7 @@ class QuarantineBook:
         self.known: dict[int, BadSample] = {}  # every bad sample met, any epoch
         self.epoch: list[BadSample] = []  # met this epoch, in the order handed out
         self.spent = 0  # positions substituted this epoch on this rank (before a resume too)
+        self.total = 0  # positions substituted, all epochs of this consumer
         self.budget = policy.budget(0) if isinstance(policy.max_bad, int) else 0
 
     def begin_epoch(self, epoch_samples: int, spent: int = 0) -> None:
@@ -195,6 +200,7 @@ class QuarantineBook:
             self.known.setdefault(record.sample, record)
             self.epoch.append(record)
             self.spent += 1
+            self.total += 1
             if self.spent > self.budget:
                 first = self.epoch[:LISTED]
                 raise BadDataError(

@@ -46,8 +46,10 @@ from astream._dataset.grouping import WINDOW, BatchGroups
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.provider import encode_uses, shard_key
+from astream._dataset.quarantine import BadSamplePolicy
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
+from astream._dataset.standins import StandIns
 from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
@@ -92,6 +94,8 @@ class EpochReader(AsyncResource):
         bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
             time and report the plan and position to the node agent.
         window: positions read at once (the batch size) when ``bounded``.
+        bad_samples: ``on_bad_sample="skip"``: the policy and the ids known to be bad
+            (see :mod:`astream._dataset.standins`); None: a bad sample stops the iteration.
     """
 
     _names = itertools.count()
@@ -110,6 +114,7 @@ class EpochReader(AsyncResource):
         batch_transform: Callable[[Any], Any] | None = None,
         bounded: bool = False,
         window: int = 1,
+        bad_samples: tuple[BadSamplePolicy, frozenset[int]] | None = None,
     ) -> None:
         self._node = node
         self._steps = steps
@@ -160,6 +165,9 @@ class EpochReader(AsyncResource):
         self._held: set[int] = set()
         self._requests: set[asyncio.Task[None]] = set()
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
+        self._dropped: set[int] = set()  # shards whose lease failed for bad data (skip): never read
+        self._collate: Callable[[list[dict[str, Any]]], Any] | None = None
+        self._standins = None if bad_samples is None else StandIns(self, bad_samples[0], smap, bad_samples[1])
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence and (unbounded) start prefetching, once one read's size is known."""
@@ -589,7 +597,8 @@ class EpochReader(AsyncResource):
         lease = self._needed
         while lease < len(starts) and starts[lease] < stop:
             future = self._ready[lease]
-            if not future.done() or future.cancelled() or future.exception() is not None:
+            if (not future.done() or future.cancelled() or future.exception() is not None
+                    or (self._dropped and int(self._lease_shard[lease]) in self._dropped)):
                 return int(starts[lease])
             if path := future.result():
                 self._paths[int(self._lease_shard[lease])] = path
@@ -662,9 +671,14 @@ class EpochReader(AsyncResource):
         if first:
             await self._advance(int(bounds[min(first, order.num_batches)]))
         await self._start()
+        self._collate = collate
+        standins = self._standins
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
+            if standins is None:
+                batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
+            else:  # on_bad_sample="skip": the one point where bad samples are replaced
+                batch = await standins.batch(a, b, collate, k)
             if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._advance(b)
@@ -704,6 +718,86 @@ class EpochReader(AsyncResource):
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
         await self._settle_checks()
+
+
+    # -- what StandIns needs (astream._dataset.standins.ReaderSide) ---------------------------
+
+    @property
+    def shards_of(self) -> Int64Array:
+        return self._shard
+
+    @property
+    def samples_mode(self) -> bool:
+        """Batches are collated from samples read one by one (a transform, or a collate_fn)."""
+        return self._steps is not None or self._collate is not None
+
+    async def fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
+        return await self._fetch(a, b)
+
+    async def batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any, k: int | None) -> Any:
+        return await self._batch(a, b, peeked, collate, k)
+
+    def drop_failed(self, stop: int, accept: Callable[[BaseException], bool]) -> dict[int, BaseException]:
+        """Leases starting before ``stop`` whose request failed with an error ``accept``
+        takes: each is marked passed (its shard is never read), its shard returned with it."""
+        out: dict[int, BaseException] = {}
+        loop = asyncio.get_running_loop()
+        starts = self._lease_start
+        for lease in range(self._needed, len(starts)):
+            if starts[lease] >= stop:
+                break
+            future = self._ready[lease]
+            if future.done() and not future.cancelled() and (exc := future.exception()) is not None and accept(exc):
+                passed: asyncio.Future[str] = loop.create_future()
+                passed.set_result("")
+                self._ready[lease] = passed
+                shard = int(self._lease_shard[lease])
+                self._dropped.add(shard)
+                out[shard] = exc
+        return out
+
+    def open_source(self, shard: int, peeked: dict[int, PeekedRecords]) -> SampleSource | PeekedRecords:
+        return self._reader(shard, peeked)
+
+    def record(self, position: int, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
+        return self._reader(int(self._shard[position]), peeked).get(int(self._offset[position]))
+
+    def rows(self, positions: Int64Array, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
+        return read_positions(self._shard[positions], self._offset[positions],
+                              functools.partial(self._reader, peeked=peeked))
+
+    async def sample(self, position: int, peeked: dict[int, PeekedRecords]) -> Any:
+        return (await self._samples(position, position + 1, peeked))[0]
+
+    async def alone(self, position: int, as_sample: bool) -> Any:
+        """Position ``position`` read by itself, its shard pinned meanwhile (a stand-in from
+        outside the batch): a sample, or a batch of one row."""
+        shard, offset = int(self._shard[position]), int(self._offset[position])
+        key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
+        path = await self._node.ensure(key, pin=True)
+        try:
+            source = self._shards.get(shard, path)
+            if not as_sample:
+                return source.get_batch(np.asarray([offset], np.int64))
+            steps = self._steps
+            if steps is None:
+                return source.get(offset)
+            sample_id = int(self.ids[position])
+
+            def lookup(i: int) -> dict[str, Any] | None:
+                return source.get(offset) if i == sample_id else None
+
+            return (await asyncio.get_running_loop().run_in_executor(None, steps.run, [sample_id], lookup))[0]
+        finally:
+            await self._node.unpin(key)
+
+    async def finish(self, batch: Any) -> Any:
+        """A batch made by stand-ins, through the loader's batch transform."""
+        if self._batch_transform is not None:
+            with STAGES.timed("transform"):
+                batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
+                                                                         self._batch_transform, batch)
+        return batch
 
 
 def read_positions(shards: Int64Array, offsets: Int64Array,
