@@ -28,6 +28,7 @@ from astream.errors import (
     HashMismatchError,
     IndexFormatError,
     ServedSamplesError,
+    SizeMismatchError,
     StateError,
     TransformError,
     UnsafeTypeError,
@@ -56,7 +57,7 @@ class BadSample:
 
     sample: int
     shard: str
-    reason: str  # "decode", "hash", "transform" or "listed" (a quarantine file's)
+    reason: str  # "decode", "hash", "size", "transform"; "known"/"state": met before, not read again
     cause: str
 
     def as_tuple(self) -> tuple[int, str, str, str]:
@@ -139,7 +140,7 @@ class BadSamplePolicy:
         return self.max_bad
 
     def reason(self, exc: BaseException) -> str | None:
-        """Why ``exc`` makes a sample bad (``"decode"``, ``"hash"``, ``"transform"``), or None
+        """Why ``exc`` makes a sample bad (``"decode"``, ``"hash"``, ``"size"``, ``"transform"``), or None
         when it is not a bad sample (and so stops the iteration, as with ``"raise"``).
 
         Not bad samples: an index or an unsafe type (the dataset's configuration), samples
@@ -151,6 +152,8 @@ class BadSamplePolicy:
             return None
         if isinstance(exc, HashMismatchError):
             return "hash"
+        if isinstance(exc, SizeMismatchError):
+            return "size"  # (a truncated shard file; other download failures are the network's)
         if isinstance(exc, FormatError) and not isinstance(exc, (IndexFormatError, UnsafeTypeError)):
             return "decode"
         # The user's own exception, as the transform raised it (an astream error is never one).

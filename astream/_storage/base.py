@@ -29,6 +29,7 @@ from astream._storage.sink import FileSink, Sink
 from astream.errors import (
     ConfigError,
     DownloadError,
+    SizeMismatchError,
     DownloadTimeout,
     RangeNotSupportedError,
     StorageError,
@@ -326,10 +327,10 @@ def check_remote_size(url: str, total: int, size: int | None) -> None:
     """Refuse a remote object whose size differs from what index.json recorded.
 
     Raises:
-        DownloadError: the sizes differ (the dataset changed after its index was written).
+        SizeMismatchError: the sizes differ (the dataset changed after its index was written).
     """
     if size is not None and total != size:
-        raise DownloadError(
+        raise SizeMismatchError(
             f"{url}: the remote object is {total} bytes but index.json says {size}; "
             "the dataset changed after its index was written (re-create the index or the cache)"
         )
