@@ -142,7 +142,10 @@ class StandIns:
         cause = _cause(error)
         self._bad_shards[shard] = (reason, cause)
         info = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
-        log.warning("astream: on_bad_sample='skip': shard %s is unreadable, all its %d samples are bad (%s): %s",
+        mine = self._reader.ids[self._reader.shards_of == shard]
+        # Known lost (an earlier epoch, the state): its samples are not read, nor reported again.
+        level = logging.DEBUG if bool(np.isin(mine, self._known_ids).all()) else logging.WARNING
+        log.log(level, "astream: on_bad_sample='skip': shard %s is unreadable, all its %d samples are bad (%s): %s",
                     info.raw_data.basename, info.samples, reason, cause)
 
     def _holds_known(self, a: int, b: int) -> bool:
