@@ -29,9 +29,9 @@ from astream._storage.sink import FileSink, Sink
 from astream.errors import (
     ConfigError,
     DownloadError,
-    SizeMismatchError,
     DownloadTimeout,
     RangeNotSupportedError,
+    SizeMismatchError,
     StorageError,
     UploadError,
 )

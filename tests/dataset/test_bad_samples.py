@@ -256,9 +256,12 @@ def test_the_budget_stops_at_the_first_sample_over_it(served: tuple[Fault, str],
         loader = Loader(ds)
         planned = loader.batch_ids(0)
         got: list[list[int]] = []
+
+        def iterate() -> None:
+            got.extend([fault.global_id(batch, n) for n in range(BATCH)] for batch in loader)
+
         with pytest.raises(BadDataError, match=r"rank 0 met 1 bad samples this epoch, more than max_bad_samples=0") as caught:
-            for batch in loader:
-                got.append([fault.global_id(batch, n) for n in range(BATCH)])
+            iterate()
     finally:
         ds.close()
     assert all([int(i) for i in want] == have for want, have in zip(planned, got, strict=False))
