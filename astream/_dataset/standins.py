@@ -240,7 +240,7 @@ class StandIns:
 
     async def _outside(self, a: int, b: int, as_sample: bool) -> Any:
         """Rule 2: one good sample of the worker's sequence outside ``a:b`` (the nearest
-        earlier, else the nearest later)."""
+        later, else the nearest earlier)."""
         reader = self._reader
         for p in outside(a, b, len(reader.ids)):
             if self._known_bad(p) is not None:

@@ -336,7 +336,7 @@ def test_an_unlisted_transform_error_still_stops(clean: str, tmp_path: Path) -> 
         ds.close()
 
 
-def test_a_batch_with_no_good_sample_repeats_the_nearest_earlier_one(tmp_path: Path) -> None:
+def test_a_batch_with_no_good_sample_repeats_the_nearest_later_one(tmp_path: Path) -> None:
     root = tmp_path / "remote"
     shards = bd.write_mds(root, 24, size_limit=400, hashes=["xxh64"])
     assert all(s["samples"] < BATCH * 2 for s in shards)
@@ -355,8 +355,8 @@ def test_a_batch_with_no_good_sample_repeats_the_nearest_earlier_one(tmp_path: P
     assert len(got) == len(planned)
     for k, (want, have) in enumerate(zip(planned, got, strict=True)):
         if set(want) <= bad:
-            earlier = next(i for b in reversed(planned[:k]) for i in reversed(b) if i not in bad)
-            assert have == [earlier] * len(want)
+            later = next(i for b in planned[k + 1:] for i in b if i not in bad)
+            assert have == [later] * len(want)
         else:
             assert not set(have) & bad
 
