@@ -19,7 +19,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).parent))
 
-from astream import Loader, StreamingDataset, Stream
+from astream import Loader, Stream, StreamingDataset
 
 STREAMS = ("zstd", "truncated", "flipped")
 ODD = 100 + 21  # a sample of the second stream whose transform raises
