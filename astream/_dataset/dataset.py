@@ -11,6 +11,7 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import sys
 import weakref
@@ -36,6 +37,8 @@ from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.preopen import preopen
 from astream._dataset.provider import shard_key
+from astream._dataset.quarantine import Quarantine
+from astream._dataset.quarantine_file import read_quarantine
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
@@ -109,6 +112,9 @@ class StreamingDataset(RandomAccess):
             more raises :class:`~astream.errors.BadDataError`.
         skip_exceptions: with ``"skip"``, the exception types of the transform (or a
             subclass's ``__getitem__``) that make a sample bad; others still stop.
+        quarantine: with ``"skip"``, samples known to be bad, never read: the path of a
+            file ``astream verify DATASET --report --quarantine FILE`` wrote (applied to the
+            streams it fits), or global sample ids.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -130,11 +136,15 @@ class StreamingDataset(RandomAccess):
         columns: Sequence[str] | None = None, stream_name: str = "stream",
         stream_config: Mapping[str, Any] | None = None, on_bad_sample: str = "raise",
         max_bad_samples: int | float | None = None, skip_exceptions: Sequence[type[BaseException]] | None = None,
+        quarantine: Quarantine = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
         check_cache_floor(self.config, self.indexes)  # (before the node agent could refuse it)
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
+        if self.config.quarantine is not None:  # (its ids need the indexes)
+            listed = read_quarantine(self.config.quarantine, self.indexes, self.sample_map)
+            self.config = dataclasses.replace(self.config, bad_samples=self.config.bad_samples.with_listed(listed))
         self.run = RunState(self.config, self.config.fingerprint(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         weights = self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1).weights  # (validates the config)

@@ -15,7 +15,9 @@ handed on as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -41,6 +43,7 @@ __all__ = [
     "RAISE",
     "BadSample",
     "BadSamplePolicy",
+    "Quarantine",
     "QuarantineBook",
     "Substituted",
 ]
@@ -49,6 +52,8 @@ MODES = ("raise", "skip")
 DEFAULT_MAX_BAD = 1000  # a count: the state's list stays small whatever the epoch's size
 QUARANTINE_KEY = "astream_quarantine"
 LISTED = 10  # bad samples a BadDataError names
+# ``quarantine=``: a quarantine file (astream._dataset.quarantine_file), or global sample ids.
+Quarantine = str | os.PathLike[str] | Iterable[int] | None
 
 
 @dataclass(frozen=True)
@@ -95,8 +100,8 @@ class BadSamplePolicy:
     @classmethod
     def build(cls, on_bad_sample: str, max_bad_samples: int | float | None,
               skip_exceptions: Iterable[type[BaseException]] | None,
-              quarantine: Iterable[int] | None = None) -> BadSamplePolicy:
-        """Validate the dataset's parameters.
+              quarantine: bool = False) -> BadSamplePolicy:
+        """Validate the dataset's parameters (``quarantine``: whether one was given).
 
         Raises:
             ConfigError: an unknown mode, a budget that is not a count or a fraction, a
@@ -109,10 +114,9 @@ class BadSamplePolicy:
         for exc in exceptions:
             if not (isinstance(exc, type) and issubclass(exc, Exception)):
                 raise ConfigError(f"skip_exceptions must list Exception subclasses, got {exc!r}")
-        ids = frozenset(int(i) for i in quarantine or ())
         if on_bad_sample == "raise":
             given = [name for name, value in (("max_bad_samples", max_bad_samples), ("skip_exceptions", exceptions),
-                                              ("quarantine", ids)) if value]
+                                              ("quarantine", quarantine)) if value]
             if given:
                 raise ConfigError(f"{', '.join(given)} apply only with on_bad_sample='skip'; "
                                   "pass on_bad_sample='skip' or leave them out")
@@ -125,9 +129,11 @@ class BadSamplePolicy:
                               "pass an int for a count")
         if isinstance(budget, int) and budget < 0:
             raise ConfigError(f"max_bad_samples must be at least 0, got {budget}")
-        if any(i < 0 for i in ids):
-            raise ConfigError("a quarantine lists sample ids, which are at least 0")
-        return cls("skip", budget, exceptions, ids)
+        return cls("skip", budget, exceptions)
+
+    def with_listed(self, ids: frozenset[int]) -> BadSamplePolicy:
+        """The policy with a quarantine's ids (resolved once the dataset's indexes are read)."""
+        return dataclasses.replace(self, listed=ids)
 
     @property
     def skips(self) -> bool:
@@ -200,10 +206,12 @@ class QuarantineBook:
             BadDataError: the budget is spent; names the first bad samples of the epoch.
         """
         for record in bad:
+            self.total += 1
+            if record.reason == "listed":
+                continue  # known before the run (a quarantine file): not a surprise, not in the budget
             self.known.setdefault(record.sample, record)
             self.epoch.append(record)
             self.spent += 1
-            self.total += 1
             if self.spent > self.budget:
                 first = self.epoch[:LISTED]
                 raise BadDataError(

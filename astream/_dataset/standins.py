@@ -97,8 +97,9 @@ class StandIns:
         self._reader = reader
         self._policy = policy
         self._smap = smap
-        self._known: dict[int, BadSample] = {i: BadSample(i, self._shard_file(i), "known", "met before")
-                                              for i in skipped}
+        self._known: dict[int, BadSample] = {
+            i: BadSample(i, self._shard_file(i), "listed", "in the quarantine") if i in policy.listed
+            else BadSample(i, self._shard_file(i), "known", "met before") for i in skipped}
         self._known_ids = np.fromiter(sorted(skipped), np.int64, len(skipped))
         self._bad_shards: dict[int, tuple[str, str]] = {}  # global shard -> (reason, cause)
 
