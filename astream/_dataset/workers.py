@@ -27,14 +27,13 @@ from astream._dataset.crew import Crew
 from astream._dataset.depth import queue_depth
 from astream._dataset.handoff import StandIns
 from astream._dataset.job import WorkerJob, produce
+from astream._dataset.loader_config import WORKER_MODES
 from astream._dataset.spawn import ProcessWorker
 from astream._dataset.startup import WorkerStart, process_context
 from astream._resource import AsyncResource
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WORKER_MODES", "WorkerJob", "WorkerPool"]
-
-WORKER_MODES = ("process", "thread")
 
 _END = object()  # a worker's "end" message, as returned by WorkerPool._next
 # Seconds a closing pool waits for its stand-ins (they stop at once when cancelled).
