@@ -19,10 +19,10 @@ from astream._checks import check_choice, check_int, check_optional_int, check_s
 from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import resolve_run_id
 from astream._coord.world import World, detect_world
-from astream._dataset.provider import CacheProviderFactory, EngineSpec
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index, ShardInfo
+from astream._node.provider import CacheProviderFactory, EngineSpec
 from astream._sampling.defaults import (
     BATCHING_METHODS,
     PARTITION_ALGOS,

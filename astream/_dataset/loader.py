@@ -24,24 +24,24 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from astream._dataset.autowatch import CostWatch
-from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
-from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
-from astream._dataset.metrics import register as register_metrics
-from astream._dataset.progress import ProgressBar
-from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
+from astream._dataset.observe.metrics import register as register_metrics
+from astream._dataset.observe.progress import ProgressBar
+from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
+from astream._dataset.observe.stats import ConsumerCounters, Stats
+from astream._dataset.observe.timings import STAGES
 from astream._dataset.reader import EpochReader, StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.samples import apply_batch_transform
-from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
-from astream._dataset.stats import ConsumerCounters, Stats
-from astream._dataset.timings import STAGES
-from astream._dataset.workers import WorkerPool
+from astream._dataset.workers.autowatch import CostWatch
+from astream._dataset.workers.autoworkers import WorkerChoice
+from astream._dataset.workers.crew import Crew
+from astream._dataset.workers.pool import WorkerPool
+from astream._dataset.workers.startup import WorkerStart, decide_start, prestart, process_context
 from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
 from astream.errors import ConfigError
@@ -110,7 +110,7 @@ class Loader:
         num_workers: worker processes (or threads) reading in parallel; 0 reads in the
             iterating process; ``"auto"``: the first epoch without workers, then the
             count chosen from the cores and what its first batches cost
-            (:mod:`astream._dataset.autoworkers` has the rule; ``worker_choice`` shows
+            (:mod:`astream._dataset.workers.autoworkers` has the rule; ``worker_choice`` shows
             it once made; ``len(loader)`` follows the count). A worker process's large arrays (64 KiB and more) reach
             the loop as views of shared memory the worker reuses only once every array
             of that batch is gone: a batch stays valid (and writable) as long as it is
@@ -408,6 +408,15 @@ class Loader:
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
         return portal().call(self.astats())
+
+    def _own_stats(self) -> Stats:
+        """This loader's figures without the node's (metrics, when the node cannot be asked)."""
+        return Stats.of({}, self._consumer.copy())
+
+    def _metric_place(self) -> tuple[int, int]:
+        """This process's rank and node, as the metrics label them."""
+        world = self.dataset.world
+        return world.rank, world.node
 
     # -- closing -----------------------------------------------------------------------------
 

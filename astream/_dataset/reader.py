@@ -17,7 +17,7 @@ With a bounded cache (``bounded=True``) a reader pins only what its current batc
 (a lease is one run of a shard, requested once the batch it starts in is next), so the
 node's readers can never hold more than one batch each; it tells the node agent its
 shard uses and its position instead, and the node downloads ahead and evicts by next
-use (:mod:`astream._dataset.provider`).
+use (:mod:`astream._node.provider`).
 
 Shards are read through read-only memory maps whose touched pages are handed back as
 the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
@@ -45,14 +45,14 @@ from astream._dataset.arriving import ArrivingShards
 from astream._dataset.collate import collate_samples
 from astream._dataset.grouping import BatchGroups
 from astream._dataset.layout import SampleMap
+from astream._dataset.observe.timings import STAGES
 from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
-from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
+from astream._node.provider import encode_uses, shard_key
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -63,7 +63,7 @@ __all__ = ["CHUNK", "EpochReader", "StartAt"]
 Int64Array = npt.NDArray[np.int64]
 
 # Asked once before the first batch is read (a loader worker taking over from its
-# stand-in, see :mod:`astream._dataset.handoff`): how many batches to skip because the
+# stand-in, see :mod:`astream._dataset.workers.handoff`): how many batches to skip because the
 # consumer has them already, or -1 for none at all.
 StartAt = Callable[[], Awaitable[int]]
 
