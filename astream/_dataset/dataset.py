@@ -168,10 +168,10 @@ class StreamingDataset(RandomAccess):
 
         Not for a bounded cache, whose readers' plans decide what it holds and whose size
         is checked when an epoch is set up, before any download; not for datasets with
-        nothing to download.
+        nothing to download; not with a quarantine (its lost shards are never fetched).
         """
         cfg = self.config
-        if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams):
+        if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams) or cfg.bad_samples.listed:
             return
         self._warm_shape = (workers_per_rank, batch_size, drop_last)
         warm = self.__dict__.get("_warm")

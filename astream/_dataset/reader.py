@@ -167,6 +167,7 @@ class EpochReader(AsyncResource):
         self._requests: set[asyncio.Task[None]] = set()
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
         self._dropped: set[int] = set()  # shards whose lease failed for bad data (skip): never read
+        self._unleased: Int64Array | None = None  # positions known bad whose shard no lease holds (skip)
         self._collate: Callable[[list[dict[str, Any]]], Any] | None = None
         self._standins = None if bad_samples is None else StandIns(self, bad_samples[0], smap, bad_samples[1])
 
@@ -178,9 +179,14 @@ class EpochReader(AsyncResource):
         self._read_size = read_size
         if self._bounded:
             self._window = read_size
+        # on_bad_sample="skip": positions known to be bad are never read, so their shards are
+        # not leased for them (a lost shard is not downloaded again); windows stop before them.
+        leased = self._shard if self._standins is None else self._standins.lease_shards(self._shard)
+        if leased is not self._shard:
+            self._unleased = np.flatnonzero(leased != self._shard)
         # Bounded: one lease per run, so no pin outlives the batch that reads it.
         self._lease_shard, self._lease_start, self._lease_end = leases_of(
-            self._shard, 0 if self._bounded else self._predownload
+            leased, 0 if self._bounded else self._predownload
         )
         loop = asyncio.get_running_loop()
         self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
@@ -538,6 +544,8 @@ class EpochReader(AsyncResource):
             return None  # (records from the remote, or a few of an arriving file: this batch alone)
         want = int(bounds[min(k + self._ahead_batches, len(bounds) - 1)])
         stop = self._readable_until(want)
+        if self._unleased is not None and (nxt := int(np.searchsorted(self._unleased, a))) < len(self._unleased):
+            stop = min(stop, int(self._unleased[nxt]))
         if runs:
             stop = self._in_runs_until(a, stop, want, runs)
         cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])

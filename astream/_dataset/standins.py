@@ -107,6 +107,22 @@ class StandIns:
         shard, _ = self._smap.locate_one(sample)
         return self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].raw_data.basename
 
+    def lease_shards(self, shards: Int64Array) -> Int64Array:
+        """The shard to lease for each position: its own, except for positions known to be bad
+        (never read), which take the one before them (so they ask for nothing of their own).
+        ``shards`` itself when nothing is known."""
+        known = self._known_ids
+        if not len(known):
+            return shards
+        bad = np.isin(self._reader.ids, known)
+        if not bad.any() or bad.all():
+            return shards
+        position = np.where(bad, -1, np.arange(len(shards)))
+        position = np.maximum.accumulate(position)
+        position[position < 0] = int(np.flatnonzero(~bad)[0])
+        out: Int64Array = shards[position]
+        return out
+
     def _accept(self, exc: BaseException) -> bool:
         return self._policy.reason(exc) is not None
 
@@ -203,13 +219,17 @@ class StandIns:
         values: dict[int, Any] = {}
         opened: set[int] = set()
         for i in range(a, b):
+            known = self._known_bad(i)
+            if known is not None:
+                bad[i] = known  # (never read: its shard may not even be leased)
+                continue
             shard = int(reader.shards_of[i])
             if shard not in opened:
                 opened.add(shard)
                 self._check_shard(shard, peeked)
-            known = self._known_bad(i)
-            if known is not None:
-                bad[i] = known
+            lost = self._known_bad(i)  # (its shard did not open: lost whole)
+            if lost is not None:
+                bad[i] = lost
                 continue
             try:
                 if as_sample:
