@@ -124,9 +124,12 @@ class EpochReader(AsyncResource):
         self._window = max(1, window)
         self._name = f"{os.getpid()}.{next(EpochReader._names)}"
         # Bounded: no reading ahead by range, whose batches pass leases still in flight
-        # (their pins would outlive the batch).
-        self._peek = None if bounded else peek
-        self._arriving = None if bounded else arriving
+        # (their pins would outlive the batch). on_bad_sample="skip": every sample comes from
+        # its installed, checked shard, so what is bad never depends on which was first, the
+        # download or an early read.
+        early = not bounded and bad_samples is None
+        self._peek = peek if early else None
+        self._arriving = arriving if early else None
         # Per lease served from a shard still arriving: the check of those samples against
         # the installed file (its failure stops the iteration).
         self._checks: dict[int, asyncio.Task[None]] = {}
@@ -136,7 +139,7 @@ class EpochReader(AsyncResource):
         self._reading_ahead = self._peek is not None
         # Row groups decoded ahead of their install may serve the first batches (not with a
         # bounded cache, for the same reason as reading ahead).
-        self._offers_open = not bounded
+        self._offers_open = early
         self._smap = smap
         self._shards = shards
         self.order = order
