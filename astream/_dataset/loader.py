@@ -264,6 +264,11 @@ class Loader:
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
         self.config = self.config.with_workers(self._choice.workers)
 
+    def _shard_file(self, sample: int) -> str:
+        smap = self.dataset.sample_map
+        shard, _ = smap.locate_one(sample)
+        return smap.indexes[smap.shard_stream[shard]].shards[smap.shard_local[shard]].raw_data.basename
+
     def _unwrapped(self, batch: Any) -> Any:
         """A batch with stand-ins for bad samples: its records counted (BadDataError once the
         budget is spent) as it is handed over, then the batch itself."""
@@ -540,7 +545,7 @@ class Loader:
         self.dataset.load_state_dict(state)
         self.num_samples_yielded = 0
         if self._book is not None:
-            self._resume_spent = self._book.load(state.get(QUARANTINE_KEY))
+            self._resume_spent = self._book.load(state.get(QUARANTINE_KEY), self._shard_file)
 
 
 def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:

@@ -18,7 +18,7 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -227,9 +227,11 @@ class QuarantineBook:
         """What the state dict keeps: the ids met (sorted) and this rank's count this epoch."""
         return {"ids": sorted(self.known), "rank": self.rank, "spent": self.spent}
 
-    def load(self, state: Mapping[str, Any] | None) -> int:
+    def load(self, state: Mapping[str, Any] | None, shard_of: Callable[[int], str] = lambda i: "?") -> int:
         """Take a state's record; returns the count to resume this epoch's budget from (the
         state's own if this rank saved it, else 0: another rank's count is not ours).
+
+        ``shard_of`` names a sample's shard file (the state keeps only ids).
 
         Raises:
             StateError: the record is not what :meth:`state` writes.
@@ -241,5 +243,5 @@ class QuarantineBook:
                 or not isinstance(rank, int) or not isinstance(spent, int) or spent < 0):
             raise StateError(f"state dict key {QUARANTINE_KEY!r} must be what state_dict() wrote, got {state!r}")
         for i in ids:
-            self.known.setdefault(i, BadSample(i, "?", "state", "recorded in the state dict"))
+            self.known.setdefault(i, BadSample(i, shard_of(i), "state", "recorded in the state dict"))
         return spent if rank == self.rank else 0

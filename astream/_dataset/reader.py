@@ -50,7 +50,7 @@ from astream._dataset.peek import PeekedRecords, RemotePeek
 from astream._dataset.quarantine import BadSamplePolicy
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
-from astream._dataset.standins import StandIns
+from astream._dataset.substitutes import Substitutes
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
@@ -96,7 +96,7 @@ class EpochReader(AsyncResource):
             time and report the plan and position to the node agent.
         window: positions read at once (the batch size) when ``bounded``.
         bad_samples: ``on_bad_sample="skip"``: the policy and the ids known to be bad
-            (see :mod:`astream._dataset.standins`); None: a bad sample stops the iteration.
+            (see :mod:`astream._dataset.substitutes`); None: a bad sample stops the iteration.
     """
 
     _names = itertools.count()
@@ -172,7 +172,7 @@ class EpochReader(AsyncResource):
         self._dropped: set[int] = set()  # shards whose lease failed for bad data (skip): never read
         self._unleased: Int64Array | None = None  # positions known bad whose shard no lease holds (skip)
         self._collate: Callable[[list[dict[str, Any]]], Any] | None = None
-        self._standins = None if bad_samples is None else StandIns(self, bad_samples[0], smap, bad_samples[1])
+        self._substitutes = None if bad_samples is None else Substitutes(self, bad_samples[0], smap, bad_samples[1])
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence and (unbounded) start prefetching, once one read's size is known."""
@@ -184,7 +184,7 @@ class EpochReader(AsyncResource):
             self._window = read_size
         # on_bad_sample="skip": positions known to be bad are never read, so their shards are
         # not leased for them (a lost shard is not downloaded again); windows stop before them.
-        leased = self._shard if self._standins is None else self._standins.lease_shards(self._shard)
+        leased = self._shard if self._substitutes is None else self._substitutes.lease_shards(self._shard)
         if leased is not self._shard:
             self._unleased = np.flatnonzero(leased != self._shard)
         # Bounded: one lease per run, so no pin outlives the batch that reads it.
@@ -684,13 +684,13 @@ class EpochReader(AsyncResource):
             await self._advance(int(bounds[min(first, order.num_batches)]))
         await self._start()
         self._collate = collate
-        standins = self._standins
+        substitutes = self._substitutes
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            if standins is None:
+            if substitutes is None:
                 batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
             else:  # on_bad_sample="skip": the one point where bad samples are replaced
-                batch = await standins.batch(a, b, collate, k)
+                batch = await substitutes.batch(a, b, collate, k)
             if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._advance(b)
@@ -732,7 +732,7 @@ class EpochReader(AsyncResource):
         await self._settle_checks()
 
 
-    # -- what StandIns needs (astream._dataset.standins.ReaderSide) ---------------------------
+    # -- what Substitutes needs (astream._dataset.substitutes.ReaderSide) ----------------------
 
     @property
     def shards_of(self) -> Int64Array:

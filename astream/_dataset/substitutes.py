@@ -1,6 +1,6 @@
-"""The reader's one stand-in point for bad samples (``on_bad_sample="skip"``).
+"""The reader's one substitution point for bad samples (``on_bad_sample="skip"``).
 
-:class:`StandIns` makes a batch the way the reader always does and steps in only where
+:class:`Substitutes` makes a batch the way the reader always does and steps in only where
 that fails with an error the policy calls a bad sample (:mod:`astream._dataset.quarantine`),
 or where the batch holds a sample known to be bad (met before: in this epoch, an
 earlier one, the resumed state, or a quarantine file), which it never reads. Then it reads
@@ -15,7 +15,7 @@ passed and none of its records is read. Each bad sample is logged once per proce
 it is found (a whole shard: one line for the shard, its samples at DEBUG).
 
 Chosen once, when the reader is made: with ``on_bad_sample="raise"`` there is no
-StandIns and the reader's path is what it always was.
+Substitutes and the reader's path is what it always was.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ from astream._dataset.quarantine import BadSample, BadSamplePolicy, Substituted
 from astream._sampling.substitute import in_batch, outside
 from astream.errors import BadDataError
 
-__all__ = ["ReaderSide", "StandIns", "take_rows"]
+__all__ = ["ReaderSide", "Substitutes", "take_rows"]
 
 log = logging.getLogger("astream.dataset")
 
@@ -42,7 +42,7 @@ CAUSE_CHARS = 300  # of an error's message kept in a record
 
 
 class ReaderSide(Protocol):
-    """What :class:`StandIns` needs of the reader (:class:`~astream._dataset.reader.EpochReader`)."""
+    """What :class:`Substitutes` needs of the reader (:class:`~astream._dataset.reader.EpochReader`)."""
 
     ids: Int64Array  # the worker's sequence of global sample ids
 
@@ -83,7 +83,7 @@ def take_rows(batch: Any, rows: Int64Array) -> Any:
     return out
 
 
-class StandIns:
+class Substitutes:
     """Substitutes for the bad samples of one reader's batches.
 
     Args:
