@@ -113,3 +113,24 @@ def test_two_nodes_two_ranks_with_worker_processes_skip_alike_everywhere(tmp_pat
     # The resumed run does not read again what its state recorded.
     known = set().union(*(set(r["state"]["astream_quarantine"]["ids"]) for r in part))
     assert not [line for r in rest for line in r["lines"] if any(f"sample {i} of" in line for i in known)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+def test_a_spent_budget_stops_each_rank_at_its_first_bad_sample_without_a_hang(tmp_path: Path) -> None:
+    root = tmp_path / "remote"
+    bad = set().union(*_plant(root).values())
+    with LoopbackServer(str(root)) as server:
+        runs = _launch(tmp_path, server.url, "budget", budget=0)  # (every process ends: _launch waits for all)
+    stopped = 0
+    for r in runs:
+        first = next((k for k, b in enumerate(r["planned"]) if set(b) & bad), None)
+        if first is None:
+            assert r["error"] is None
+            assert len(r["got"]) == len(r["planned"])
+            continue
+        stopped += 1
+        assert r["error"].startswith("BadDataError: rank ")
+        assert "more than max_bad_samples=0" in r["error"]
+        assert r["got"] == r["planned"][:first]  # every batch before the first bad one, then the error
+    assert stopped
