@@ -117,3 +117,37 @@ def truncate_member(path: Path, sample: int) -> None:
     data = path.read_bytes()
     at = data.index(f"train/{sample:06d}.txt".encode())
     path.write_bytes(data[: at + 512 + 10])
+
+
+def plant_parquet(root: Path, groups: tuple[int, ...], bad_group: int) -> None:
+    """One Parquet file of ``groups`` row groups, indexed; row group ``bad_group``'s first page
+    header no longer decodes."""
+    import warnings
+
+    import parquet_data as pdata
+    import pyarrow.parquet as pq
+
+    from astream.cli import main as cli
+    from astream.errors import LayoutWarning
+
+    pdata.write(root, files=1, groups=groups)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", LayoutWarning)  # (small row groups are what the fault needs)
+        assert cli(["-q", "index", str(root)]) == 0
+    path = root / "part-00.parquet"
+    column = pq.ParquetFile(path).metadata.row_group(bad_group).column(0)
+    data = bytearray(path.read_bytes())
+    for k in range(column.data_page_offset, column.data_page_offset + 40):
+        data[k] ^= 0x5A
+    path.write_bytes(bytes(data))
+
+
+def plant_webdataset(root: Path, tars: int, per_tar: int, cut_in: int) -> None:
+    """``tars`` tars of ``per_tar`` samples, indexed; the tar holding sample ``cut_in`` is cut there."""
+    from astream.cli import main as cli
+
+    root.mkdir(parents=True)
+    for k in range(tars):
+        write_tar(root / f"shard-{k:03d}.tar", k * per_tar, per_tar)
+    assert cli(["-q", "index", str(root)]) == 0
+    truncate_member(root / f"shard-{cut_in // per_tar:03d}.tar", cut_in)

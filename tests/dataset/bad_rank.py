@@ -40,13 +40,19 @@ def main() -> None:
     parser.add_argument("--take", type=int, default=None)
     parser.add_argument("--resume", default=None)
     parser.add_argument("--budget", type=int, default=100)
+    parser.add_argument("--kind", default="mds", help="mds (three streams and a transform), jsonl, parquet, webdataset")
     args = parser.parse_args()
     rank, per_node = int(os.environ["RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     node = os.path.join(args.cache, f"node{rank // per_node}")
-    streams = [Stream(remote=f"{args.remote}/{name}", local=os.path.join(node, name)) for name in STREAMS]
-    ds = StreamingDataset(streams=streams, shuffle=True, shuffle_seed=7, batch_size=4, validate_hash="xxh64",
-                          on_bad_sample="skip", max_bad_samples=args.budget, skip_exceptions=(ValueError,),
-                          transform=odd_one_out)
+    skip = {"on_bad_sample": "skip", "max_bad_samples": args.budget}
+    if args.kind == "mds":
+        streams = [Stream(remote=f"{args.remote}/{name}", local=os.path.join(node, name)) for name in STREAMS]
+        ds = StreamingDataset(streams=streams, shuffle=True, shuffle_seed=7, batch_size=4, validate_hash="xxh64",
+                              skip_exceptions=(ValueError,), transform=odd_one_out, **skip)
+    else:  # one stream of that format, its own fault
+        fmt = {"jsonl": None}.get(args.kind, args.kind)
+        ds = StreamingDataset(remote=f"{args.remote}/{args.kind}", local=os.path.join(node, args.kind), format=fmt,
+                              shuffle=True, shuffle_seed=7, batch_size=4, **skip)
     loader = Loader(ds, num_workers=args.workers)
     if args.resume:
         loader.load_state_dict(json.loads(Path(args.resume).with_suffix(f".rank{rank}.json").read_text()))
@@ -56,7 +62,8 @@ def main() -> None:
     error = None
     try:
         for batch in loader:
-            got.append([int(i) for i in batch["id"]])
+            got.append([int(str(k).rsplit("/", 1)[1]) for k in batch["__key__"]] if "__key__" in batch
+                       else [int(i) for i in batch["id"]])
             if args.take is not None and len(got) == args.take:
                 state = loader.state_dict()
                 break

@@ -43,6 +43,19 @@ def _plant(root: Path) -> dict[str, set[int]]:
     return {"record": {13}, "transform": {ODD}, "truncated": ids_of("truncated", 2), "flipped": ids_of("flipped", 1)}
 
 
+def _plant_other(root: Path, kind: str) -> set[int]:
+    """One stream of ``kind`` with its fault; returns the ids it makes bad."""
+    if kind == "jsonl":
+        (root / kind).mkdir(parents=True)
+        bd.write_jsonl(root / kind, 160, 37)
+        return {37}
+    if kind == "parquet":
+        bd.plant_parquet(root / kind, (40, 40, 40, 40), bad_group=2)
+        return set(range(80, 120))
+    bd.plant_webdataset(root / kind, 4, 40, cut_in=95)
+    return set(range(80, 120))  # (the cut tar is lost whole: its size is not the index's)
+
+
 def _launch(tmp: Path, url: str, run: str, **flags: object) -> list[dict[str, Any]]:
     procs, outs = [], []
     for rank in range(NODES * PER_NODE):
@@ -113,6 +126,31 @@ def test_two_nodes_two_ranks_with_worker_processes_skip_alike_everywhere(tmp_pat
     # The resumed run does not read again what its state recorded.
     known = set().union(*(set(r["state"]["astream_quarantine"]["ids"]) for r in part))
     assert not [line for r in rest for line in r["lines"] if any(f"sample {i} of" in line for i in known)]
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(600)
+@pytest.mark.filterwarnings("ignore::astream.errors.LayoutWarning")
+@pytest.mark.parametrize("kind", ["jsonl", "parquet", "webdataset"])
+def test_each_format_skips_alike_on_every_rank_rerun_and_resume(kind: str, tmp_path: Path) -> None:
+    root = tmp_path / "remote"
+    bad = _plant_other(root, kind)
+    with LoopbackServer(str(root)) as server:
+        full = _launch(tmp_path, server.url, "full", kind=kind)
+        again = _launch(tmp_path, server.url, "again", kind=kind)
+        part = _launch(tmp_path, server.url, "part", take=3, kind=kind)
+        for rank, result in enumerate(part):
+            (tmp_path / f"state.rank{rank}.json").write_text(json.dumps(result["state"]))
+        rest = _launch(tmp_path, server.url, "rest", resume=tmp_path / "state.json", kind=kind)
+    assert all(r["error"] is None for r in full + again + part + rest)
+    assert len({len(r["got"]) for r in full}) == 1
+    for r in full:
+        _check_rule(r["planned"], r["got"], bad)
+    assert [r["got"] for r in again] == [r["got"] for r in full]
+    assert [r["got"] + s["got"] for r, s in zip(part, rest, strict=True)] == [r["got"] for r in full]
+    met = [{q[0] for q in r["quarantined"]} for r in full]
+    assert set().union(*met) == bad
+    assert sum(len(m) for m in met) == len(bad)  # each recorded by one rank only
 
 
 @pytest.mark.slow
