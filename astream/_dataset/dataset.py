@@ -36,7 +36,7 @@ from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.observe.stats import Stats
 from astream._dataset.preopen import preopen
-from astream._dataset.reader import EpochReader
+from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
