@@ -403,7 +403,8 @@ class Loader:
             # starting while the stand-ins served it): wait for them (bounded), so figures
             # read after an epoch include all of it. Off the loop: their readers need it.
             await asyncio.to_thread(self._crew.settle)
-        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy())
+        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy(),
+                        self.dataset.mixture_report())
 
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
