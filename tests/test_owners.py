@@ -32,6 +32,7 @@ OVER = {
     "astream/_sampling/plan.py": 422,
     "astream/_coord/agent.py": 452,
     "astream/_coord/client.py": 492,
+    "astream/_dataset/dataset.py": 420,
     "astream/_dataset/loader.py": 545,
     "astream/_dataset/read/reader.py": 725,
     "astream/_dataset/transport/pipe.py": 749,
