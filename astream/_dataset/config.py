@@ -204,11 +204,12 @@ class DatasetConfig:
         streams: dict[str, StreamEntry] = {}
         weights = []
         for s, index in zip(self.streams, indexes, strict=True):
-            key = base = stream_key([_shard_identity(sh) for sh in index.shards])
-            while key in streams:  # the same shards twice: each occurrence its own stream
-                key = f"{base}#{len(streams)}"
             where = s.remote or s.local_dir
-            streams[key] = StreamEntry(key, place_digest(where, s.split), tuple(sh.samples for sh in index.shards),
+            place = place_digest(where, s.split)
+            key = base = stream_key([_shard_identity(sh) for sh in index.shards], place)
+            while key in streams:  # the same stream twice: each occurrence its own
+                key = f"{base}#{len(streams)}"
+            streams[key] = StreamEntry(key, place, tuple(sh.samples for sh in index.shards),
                                        name=f"{where}{'/' + s.split if s.split else ''}")
             kind = next((w for w in WEIGHTS if getattr(s, w) is not None), None)
             weights.append((kind, None if kind is None else getattr(s, kind)))

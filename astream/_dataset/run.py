@@ -12,7 +12,7 @@ from collections.abc import Callable
 from typing import Any
 
 from astream._dataset.config import DatasetConfig
-from astream._dataset.mixture import MIXTURE_KEY, MixtureHistory, continue_history
+from astream._dataset.mixture import MIXTURE_KEY, MixtureHistory, align, continue_history
 from astream._dataset.state import EpochState
 from astream._sampling.defaults import resolve_num_canonical_nodes
 from astream._sampling.plan import EpochPlan
@@ -154,9 +154,10 @@ class RunState:
                 )
             state.check_fingerprint(self.fingerprint)
             return None
-        if same_data and saved.mixtures[-1].same_mixture(self.mixture.mixtures[0]):
+        mine = align(saved, self.mixture)
+        if same_data and saved.mixtures[-1].same_mixture(mine.mixtures[0]):
             # The mixture it was saved under (a changed epoch goes on under its history).
-            return MixtureHistory({**saved.streams, **self.mixture.streams}, saved.mixtures)
+            return MixtureHistory({**saved.streams, **mine.streams}, saved.mixtures)
         if not continuing:
             if same_data and not saved.changed:
                 return None  # only epoch_size differs: resumed as before the record existed
@@ -166,4 +167,4 @@ class RunState:
                 "on_mixture_change='continue' to go on with this one from the state's position, or start a "
                 "fresh epoch instead of resuming"
             )
-        return continue_history(saved, self.mixture, state.sample_in_epoch)
+        return continue_history(saved, mine, state.sample_in_epoch)
