@@ -17,6 +17,7 @@ finds the state's streams among the dataset's.
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -51,7 +52,10 @@ def stream_key(shard_identities: Sequence[Sequence[Any]], place: str) -> str:
 
 
 def place_digest(where: str, split: str | None) -> str:
-    """A digest of where a stream lives (never the URL itself: it may carry a token)."""
+    """A digest of where a stream lives (never the URL itself: it may carry a token); a local
+    path counts absolute, so that ``./web`` and ``/data/web`` are one place."""
+    if "://" not in where:
+        where = os.path.abspath(where)
     return xxhash.xxh64(f"{where.rstrip('/')}|{split or ''}".encode()).hexdigest()[:8]
 
 

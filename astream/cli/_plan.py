@@ -74,6 +74,13 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=run)
 
 
+# Options of the forecast that a --state remainder does not use, with their defaults.
+_FORECAST_ONLY = {"split": None, "workers": 0, "batch_size": None, "shuffle_seed": DEFAULT_SHUFFLE_SEED,
+                  "num_canonical_nodes": None, "epoch": 0, "drop_last": False, "cache_limit": None,
+                  "keep_zip": False, "predownload": None, "bandwidth": None, "step_time": None, "latency": 0.0,
+                  "png": None}
+
+
 def transfer_sizes(index: Index) -> list[int]:
     """Bytes each shard's download moves (the stored files: compressed where they are)."""
     return [s.stored.bytes + (s.stored_meta.bytes if s.stored_meta is not None else 0) for s in index.shards]
@@ -134,6 +141,11 @@ def run(args: argparse.Namespace) -> int:
         if args.location is not None or args.state is None:
             raise CommandError("--state and --stream go together, without a DATASET: the streams are the "
                                "new mixture", 2)
+        unused = [f"--{name.replace('_', '-')}" for name, default in _FORECAST_ONLY.items()
+                  if getattr(args, name) != default]
+        if unused:
+            raise CommandError(f"{', '.join(unused)} do(es) not apply with --state (the state gives the epoch, "
+                               "seed and canonical nodes; the counts do not depend on batches or the cache)", 2)
         return run_remainder(args, *_world(args.world))
     if args.location is None:
         raise CommandError("give a DATASET to forecast (or --state and --stream for a changed mixture)", 2)

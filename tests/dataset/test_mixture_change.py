@@ -237,6 +237,8 @@ def test_astream_plan_shows_the_rest_of_a_changed_epoch(remotes, tmp_path, capsy
     assert "none (the state's own mixture)" in capsys.readouterr().out
     assert cli(["plan", "--state", str(path)]) == 2
     assert "--stream" in capsys.readouterr().err
+    assert cli([*same, "--batch-size", "8"]) == 2
+    assert "--batch-size do(es) not apply with --state" in capsys.readouterr().err
 
 
 def test_look_alike_streams_keep_what_they_delivered_when_reordered(tmp_path) -> None:
