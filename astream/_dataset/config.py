@@ -27,10 +27,10 @@ from astream._dataset.mixture import (
     place_digest,
     stream_key,
 )
-from astream._dataset.provider import CacheProviderFactory, EngineSpec
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index, ShardInfo
+from astream._node.provider import CacheProviderFactory, EngineSpec
 from astream._sampling.defaults import (
     BATCHING_METHODS,
     PARTITION_ALGOS,

@@ -29,23 +29,23 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
-from astream._dataset.cache_room import check_cache_floor, check_dataset_cache
+from astream._dataset.cache_fit import check_dataset_cache, check_dataset_floor
 from astream._dataset.config import DatasetConfig
 from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
+from astream._dataset.observe.stats import Stats
 from astream._dataset.preopen import preopen
-from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
-from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
+from astream._node.provider import shard_key
 from astream._sampling.order import first_batch, worker_batches
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
@@ -127,7 +127,7 @@ class StreamingDataset(RandomAccess):
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
-        check_cache_floor(self.config, self.indexes)  # (before the node agent could refuse it)
+        check_dataset_floor(self.config, self.indexes)  # (before the node agent could refuse it)
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         self.run = RunState(self.config, self.config.fingerprint(self.indexes), self.config.mixture(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from astream._dataset.timings import BUCKETS_S, READY_S, STAGES, WaitHistogram
+from astream._dataset.observe.timings import BUCKETS_S, READY_S, STAGES, WaitHistogram
 
 __all__ = ["ConsumerCounters", "Stats"]
 
