@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
@@ -25,8 +26,9 @@ from typing import Any
 import numpy as np
 import xxhash
 
+from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
-from astream._sampling.remix import Mixture, RemainderPlan
+from astream._sampling.remix import Mixture, RemainderPlan, Seen, mixed_plan, seen_before
 from astream._sampling.streams import StreamSpec
 from astream.errors import StateError
 
@@ -38,6 +40,7 @@ __all__ = [
     "align",
     "continue_history",
     "mixture_report",
+    "plan_changed",
     "stream_key",
 ]
 
@@ -245,3 +248,22 @@ def mixture_report(history: MixtureHistory, plan: EpochPlan, epoch: int) -> dict
                                                  strict=True)]
     return {"epoch": epoch, "changes": [m.start for m in history.mixtures[1:]], "samples": seg.size,
             "streams": rows}
+
+
+# What the earlier segments delivered, per process: replaying their plans costs their
+# shuffles (O(epoch)), and one resume asks for plans of several shapes (the check at
+# load_state_dict, the warm start's first batches, each reader).
+_SEEN: OrderedDict[tuple[str, PlanOptions], Seen] = OrderedDict()
+_SEEN_KEPT = 2
+
+
+def plan_changed(history: Sequence[Mixture], token: str, options: PlanOptions) -> EpochPlan:
+    """``mixed_plan`` of a changed epoch, its earlier segments replayed once per process."""
+    key = (token, options.at(sample_in_epoch=0, workers_per_rank=1))
+    seen = _SEEN.get(key)
+    if seen is None:
+        seen = _SEEN[key] = seen_before(history, options)
+        while len(_SEEN) > _SEEN_KEPT:
+            _SEEN.popitem(last=False)
+    _SEEN.move_to_end(key)
+    return mixed_plan(history, options, seen)
