@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,7 +41,7 @@ from astream._sampling.defaults import (
 )
 from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
-from astream._sampling.remix import Mixture
+from astream._sampling.remix import Mixture, Seen
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.registry import configure
 from astream._units import parse_bytes, parse_count
@@ -181,11 +181,11 @@ class DatasetConfig:
     def epoch_plan(
         self, shard_sizes: Sequence[Any], *, num_canonical_nodes: int | None, shuffle_seed: int,
         initial_physical_nodes: int | None, epoch: int, sample_in_epoch: int, workers_per_rank: int,
-        batch_size: int, history: tuple[Sequence[Mixture], str] | None = None,
+        batch_size: int, history: tuple[Sequence[Mixture], str, MutableMapping[Hashable, Seen]] | None = None,
     ) -> EpochPlan:
         """The plan of one epoch for these parameters and the run values given; with the
-        ``history`` of an epoch whose mixture changed (and its digest), of its current segment
-        (see remix.py)."""
+        ``history`` of an epoch whose mixture changed (its digest, and where what its earlier
+        segments delivered is kept), of its current segment (see remix.py)."""
         options = PlanOptions(
             batch_size=batch_size, shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
             num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
@@ -196,7 +196,8 @@ class DatasetConfig:
             sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
         )
         if history:
-            return plan_changed(*history, options)
+            mixtures, token, seen = history
+            return plan_changed(mixtures, token, options, seen)
         return EpochPlan.of(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
              for s, sizes in zip(self.streams, shard_sizes, strict=True)], options)

@@ -18,8 +18,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -40,8 +39,10 @@ __all__ = [
     "align",
     "continue_history",
     "mixture_report",
+    "pack_seen",
     "plan_changed",
     "stream_key",
+    "unpack_seen",
 ]
 
 MIXTURE_KEY = "astream_mixtures"
@@ -250,20 +251,27 @@ def mixture_report(history: MixtureHistory, plan: EpochPlan, epoch: int) -> dict
             "streams": rows}
 
 
-# What the earlier segments delivered, per process: replaying their plans costs their
-# shuffles (O(epoch)), and one resume asks for plans of several shapes (the check at
-# load_state_dict, the warm start's first batches, each reader).
-_SEEN: OrderedDict[tuple[str, PlanOptions], Seen] = OrderedDict()
-_SEEN_KEPT = 2
+def plan_changed(history: Sequence[Mixture], token: str, options: PlanOptions,
+                 cache: MutableMapping[Hashable, Seen]) -> EpochPlan:
+    """``mixed_plan`` of a changed epoch, its earlier segments replayed once per history.
 
-
-def plan_changed(history: Sequence[Mixture], token: str, options: PlanOptions) -> EpochPlan:
-    """``mixed_plan`` of a changed epoch, its earlier segments replayed once per process."""
+    Replaying them costs their shuffles (O(epoch)), and one resume asks for plans of several
+    shapes (the check at ``load_state_dict``, the warm start's first batches, each reader,
+    each loader worker): ``cache`` (the run state's, which travels to the workers) keeps
+    what they delivered, keyed by the history and the options but the worker count.
+    """
     key = (token, options.at(sample_in_epoch=0, workers_per_rank=1))
-    seen = _SEEN.get(key)
+    seen = cache.get(key)
     if seen is None:
-        seen = _SEEN[key] = seen_before(history, options)
-        while len(_SEEN) > _SEEN_KEPT:
-            _SEEN.popitem(last=False)
-    _SEEN.move_to_end(key)
+        seen = cache[key] = seen_before(history, options)
     return mixed_plan(history, options, seen)
+
+
+def pack_seen(cache: Mapping[Hashable, Seen]) -> dict[Hashable, dict[str, tuple[Any, int]]]:
+    """``cache`` with its masks as bits (what a pickled run state carries: N/8 bytes a stream)."""
+    return {k: {key: (np.packbits(mask), len(mask)) for key, mask in seen.items()} for k, seen in cache.items()}
+
+
+def unpack_seen(packed: Mapping[Hashable, Mapping[str, tuple[Any, int]]]) -> dict[Hashable, Seen]:
+    return {k: {key: np.unpackbits(bits, count=n).astype(bool) for key, (bits, n) in seen.items()}
+            for k, seen in packed.items()}

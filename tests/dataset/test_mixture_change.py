@@ -271,3 +271,31 @@ def test_a_stream_copied_elsewhere_is_the_same_stream(remotes, tmp_path) -> None
     rest, _ = take(other, None, state)
     assert not set(seen) & set(rest)
     other.close()
+
+
+def test_what_came_before_a_change_travels_to_workers(remotes, tmp_path, monkeypatch) -> None:
+    import pickle
+
+    import astream._dataset.mixture as mixture
+
+    ds = dataset(remotes, tmp_path, {"a": 0.5, "b": 0.5})
+    _, state = take(ds, 20)
+    ds.close()
+    new = dataset(remotes, tmp_path, {"a": 0.8, "b": 0.2}, on_mixture_change="continue")
+    new.load_state_dict(state)
+    want = new.plan(epoch=0, sample_in_epoch=200, workers_per_rank=2, batch_size=BATCH).worker_ids(0, 0, 1)
+    seen = new.run.history_of(0, 200)[2]
+    clone = pickle.loads(pickle.dumps(new))  # as a loader's worker process receives it
+    got_seen = clone.run.history_of(0, 200)[2]
+    assert seen.keys() == got_seen.keys()
+    for key, masks in seen.items():
+        assert all(np.array_equal(masks[k], got_seen[key][k]) for k in masks)
+
+    def replayed(*args):
+        raise AssertionError("a worker replayed the earlier segments")
+
+    monkeypatch.setattr(mixture, "seen_before", replayed)
+    got = clone.plan(epoch=0, sample_in_epoch=200, workers_per_rank=2, batch_size=BATCH).worker_ids(0, 0, 1)
+    assert np.array_equal(got, want)
+    clone.close()
+    new.close()
