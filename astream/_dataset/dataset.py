@@ -233,7 +233,7 @@ class StreamingDataset(RandomAccess):
         return self.session.plan(key, lambda: cfg.epoch_plan(
             self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
             initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            workers_per_rank=workers_per_rank, batch_size=size, history=history and history[0],
+            workers_per_rank=workers_per_rank, batch_size=size, history=history,
         ))
 
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
