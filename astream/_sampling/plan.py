@@ -260,6 +260,27 @@ class EpochPlan:
             parts.map_positions(positions)
         return self.resampled.to_small(positions)
 
+    def rank_ids(self, node: int, local_rank: int) -> Int64Array:
+        """One rank's ids, ``work[node, local_rank]`` (shape ``(workers, batches, batch)``),
+        computed from that rank's share alone: its partition entries, and of the shuffle only
+        the canonical nodes its workers read, from the first position any of them uses (one
+        shuffle for all its workers). Memory grows with the rank's share, not the world's;
+        time too, but for the draws of the canonical nodes before its own, which a
+        shuffle's definition makes sequential (see :mod:`astream._sampling.shuffle.nodes`).
+
+        Raises:
+            ConfigError: coordinates outside the world.
+        """
+        self._check_coords(node, local_rank, 0)
+        _, _, workers, batches, size = self.shape
+        if self.batching_method != "random":
+            return np.array(self._merged[node, local_rank], np.int64)
+        positions = np.concatenate([self.partition.worker(node, local_rank, w) for w in range(workers)])
+        parts = self._worker_shuffle(positions)
+        if parts is not None:
+            parts.map_positions(positions)
+        return self.resampled.to_small(positions).reshape(workers, batches, size)
+
     def worker_head(self, node: int, local_rank: int, worker: int, count: int) -> Int64Array:
         """The first ``count`` ids of :meth:`worker_ids`, padding dropped (fewer if it has fewer).
 

@@ -22,6 +22,7 @@ from collections.abc import Collection
 import numpy as np
 import numpy.typing as npt
 
+from astream._sampling.shuffle.draws import jitter_draws
 from astream._sampling.shuffle.nodes import ShuffleParts, shuffle_nodes
 from astream._sampling.shuffle.spans import Int64Array
 from astream._sampling.warnings import SamplingWarning
@@ -57,6 +58,9 @@ class _Py1e:
             if size > 1:
                 rng.shuffle(ids[offset : offset + size])
             offset += size
+        if not kept and jitter_draws(rng, span_sizes, self.low, self.high):
+            # (the warning below is about the result: a node nobody keeps has none)
+            return
         positions = np.arange(node_size, dtype=np.float64) if kept else None
         offset = 0
         for size in span_sizes:
