@@ -20,7 +20,7 @@ never wrong.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from functools import cache
+from functools import cache, lru_cache
 
 import numpy as np
 
@@ -38,7 +38,6 @@ class _Pcg64:
         state = bit_generator.state
         self.state, self.inc = int(state["state"]["state"]), int(state["state"]["inc"])
         self.has32, self.u32 = int(state["has_uint32"]), int(state["uinteger"])
-        self._jumps: dict[int, tuple[int, int]] = {}
 
     def store(self, bit_generator: np.random.BitGenerator) -> None:
         bit_generator.state = {"bit_generator": "PCG64", "state": {"state": self.state, "inc": self.inc},
@@ -62,10 +61,8 @@ class _Pcg64:
         """Skip ``steps`` 64-bit outputs (the buffered half stays: 64-bit draws never use it)."""
         if steps <= 0:
             return
-        jump = self._jumps.get(steps)
-        if jump is None:
-            jump = self._jumps[steps] = _jump(steps, self.inc)
-        self.state = (jump[0] * self.state + jump[1]) & _M128
+        mult, plus = _jump(steps, self.inc)
+        self.state = (mult * self.state + plus) & _M128
 
     def bounded(self, rng: int) -> None:
         """One ``integers(low, low + rng + 1)`` draw for ``1 <= rng < 2**32 - 1``, its value unused."""
@@ -89,12 +86,18 @@ def _powers(inc: int) -> tuple[tuple[int, int], ...]:
     return tuple(out)
 
 
+@lru_cache(maxsize=1 << 16)  # jump lengths are span sizes: a dataset has few distinct ones
 def _jump(steps: int, inc: int) -> tuple[int, int]:
     """The affine map of ``steps`` LCG steps, composed from the power-of-two jumps."""
     mult, plus = 1, 0
-    for k, (m, p) in enumerate(_powers(inc)):
-        if steps >> k & 1:
+    powers = _powers(inc)
+    k = 0
+    while steps:
+        if steps & 1:
+            m, p = powers[k]
             mult, plus = (mult * m) & _M128, (plus * m + p) & _M128
+        steps >>= 1
+        k += 1
     return mult, plus
 
 

@@ -1,0 +1,143 @@
+"""How start-up cost grows with the dataset and the world: measured curves, log-log charts.
+
+Each point is a fresh process under an address-space cap (``--mem-cap-mb``, RLIMIT_AS), one
+point at a time, so the largest ones fail alone instead of taking the machine down; a
+peer's point that fails (out of memory under the cap, or past ``--timeout``) is said so
+and left out of its curve.
+
+- ``plan``: one rank's plan (the last rank of a 64-node x 8-rank x 8-worker world, py1e
+  with MosaicML's defaults) against the epoch's samples (``--samples``, one shard per 1,000
+  samples); mosaicml's ``generate_work`` builds the whole world's in every process.
+- ``world``: the same at 10^8 samples against the world's nodes (``--nodes``, 8 ranks each).
+
+    python benchmarks/scale_bench.py --curve plan world --runs 1 --png-dir docs/bench/img
+    python benchmarks/scale_bench.py --curve plan --samples 1e6 1e7 --runs 1      # a quick look
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+from typing import Any
+
+from _harness import Bench, Metric, fmt, parser
+
+from astream.cli._harness.proc import ChildFailed
+
+CPU = Metric("CPU s", lambda r: r["result"].get("cpu_seconds"), higher=False, spec=".2f")
+WALL = Metric("wall s", lambda r: r["result"]["seconds"], higher=False, spec=".2f")
+PEAK = Metric("peak RSS MB", lambda r: r["result"]["peak_rss_mb"], higher=False)
+
+
+def _num(text: str) -> int:
+    return int(float(text.replace("_", "")))
+
+
+def _plan_cases(bench: Bench, args: Any, curve: str) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
+    points = []
+    xs = args.samples if curve == "plan" else args.nodes
+    for x in xs:
+        samples = x if curve == "plan" else args.world_samples
+        nodes = 64 if curve == "plan" else x
+        common = {"samples": samples, "shards": max(1, samples // 1000), "ncn": None, "block": None,
+                  "nodes": nodes, "ranks": 8, "workers": 8, "mem_cap_mb": args.mem_cap_mb}
+        points.append(({"curve": curve, "x": x}, "astream", {"lib": "astream", "what": "rank", **common}))
+        if "mosaicml" in args.libs:
+            points.append(({"curve": curve, "x": x}, "mosaicml", {"lib": "mosaicml", "what": "work", **common}))
+    return points
+
+
+CURVES = {
+    "plan": ("one rank's plan against the epoch's samples (64 nodes x 8 ranks)", "samples", _plan_cases),
+    "world": ("one rank's plan against the world's nodes (8 ranks each, 10^8 samples)", "nodes", _plan_cases),
+}
+
+
+def growth(xs: list[float], ys: list[float]) -> str:
+    """The log-log slope over the curve's last decade(s): ``~x^k`` (k = 1 is linear)."""
+    pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y and y > 0]
+    if len(pairs) < 2:
+        return "-"
+    (x0, y0), (x1, y1) = pairs[-2], pairs[-1]
+    return f"x^{math.log(y1 / y0) / math.log(x1 / x0):.2f}"
+
+
+def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[tuple[float, float]]]],
+          out: Path) -> Path:
+    """Two log-log panels (CPU seconds, peak RSS) with a line per library."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e"}
+    for ax, (metric, label) in zip(axes, (("cpu", "CPU seconds"), ("rss", "peak RSS (MB)")), strict=True):
+        for side, points in series[metric].items():
+            if points:
+                ax.plot(*zip(*points, strict=True), marker="o", label=side, color=colors.get(side))
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(label)
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(title, fontsize=10)
+    fig.tight_layout()
+    path = out / f"scale_{curve}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def main() -> None:
+    p = parser(__doc__, "scale", libs=("astream", "mosaicml"), runs=1)
+    p.add_argument("--curve", nargs="*", default=list(CURVES), choices=list(CURVES))
+    p.add_argument("--samples", nargs="*", type=_num, default=[10**6, 10**7, 10**8, 10**9])
+    p.add_argument("--nodes", nargs="*", type=_num, default=[1, 8, 64, 512])
+    p.add_argument("--world-samples", type=_num, default=10**8)
+    p.add_argument("--mem-cap-mb", type=int, default=8000, help="address-space cap of each point's process")
+    p.add_argument("--png-dir", type=Path, help="write the log-log charts there (needs matplotlib)")
+    args = p.parse_args()
+    for curve in args.curve:
+        title, xlabel, cases = CURVES[curve]
+        bench = Bench(f"scale-{curve}", args)
+        failed: dict[tuple[str, int], str] = {}
+        for config, side, params in cases(bench, args, curve):
+            if not bench.has(side):
+                continue
+            for _ in range(bench.runs):
+                try:
+                    bench.once(config, side, "plans", "plan", params)
+                except ChildFailed as exc:
+                    if side == "astream":
+                        raise
+                    failed[(side, config["x"])] = str(exc).splitlines()[-1][:120]
+                    print(f"{side} at {xlabel}={config['x']:,}: {failed[(side, config['x'])]}", file=sys.stderr)
+                    break
+        sides = [s for s in args.libs if bench.has(s)]
+        rows, series = [], {"cpu": {s: [] for s in sides}, "rss": {s: [] for s in sides}}
+        for config in bench.configs():
+            row: list[Any] = [f"{config['x']:,}"]
+            for side in sides:
+                cpu, peak = bench.median(config, side, CPU), bench.median(config, side, PEAK)
+                if cpu is None:
+                    row += [f"stops: {failed.get((side, config['x']), 'not run')}", "-"]
+                    continue
+                series["cpu"][side].append((config["x"], cpu))
+                series["rss"][side].append((config["x"], peak))
+                row += [fmt(cpu, ".2f"), fmt(peak, ",.0f")]
+            rows.append(row)
+        rows.append(["growth (last decade)", *[g for s in sides for g in (
+            growth(*zip(*series["cpu"][s], strict=True)) if len(series["cpu"][s]) > 1 else "-",
+            growth(*zip(*series["rss"][s], strict=True)) if len(series["rss"][s]) > 1 else "-")]])
+        bench.table(f"{title}; load {bench.loads()}", [xlabel, *[f"{s} {m}" for s in sides for m in
+                                                              ("CPU s", "peak RSS MB")]], rows)
+        if args.png_dir:
+            args.png_dir.mkdir(parents=True, exist_ok=True)
+            print(f"chart: {chart(curve, title, xlabel, series, args.png_dir)}")
+
+
+if __name__ == "__main__":
+    main()
