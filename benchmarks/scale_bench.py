@@ -1,4 +1,4 @@
-"""How start-up cost grows with the dataset and the world: measured curves, log-log charts.
+"""(Internal stages: the binary index and the per-rank plan.) How start-up cost grows with the dataset and the world: measured curves, log-log charts.
 
 Each point is a fresh process under an address-space cap (``--mem-cap-mb``, RLIMIT_AS), one
 point at a time, so the largest ones fail alone instead of taking the machine down; a
@@ -9,6 +9,9 @@ and left out of its curve.
   with MosaicML's defaults) against the epoch's samples (``--samples``, one shard per 1,000
   samples); mosaicml's ``generate_work`` builds the whole world's in every process.
 - ``world``: the same at 10^8 samples against the world's nodes (``--nodes``, 8 ranks each).
+- ``index``: an MDS ``index.json`` of ``--shards`` shards read by a process: ``build`` (the
+  node's first process makes the binary index), ``astream`` (every other process maps it),
+  ``json`` (astream's JSON reader, every process before the binary index) and mosaicml's.
 
     python benchmarks/scale_bench.py --curve plan world --runs 1 --png-dir docs/bench/img
     python benchmarks/scale_bench.py --curve plan --samples 1e6 1e7 --runs 1      # a quick look
@@ -23,34 +26,59 @@ from typing import Any
 
 from _harness import Bench, Metric, fmt, parser
 
+from astream.cli._harness.peers import PEERS
 from astream.cli._harness.proc import ChildFailed
 
 CPU = Metric("CPU s", lambda r: r["result"].get("cpu_seconds"), higher=False, spec=".2f")
 WALL = Metric("wall s", lambda r: r["result"]["seconds"], higher=False, spec=".2f")
 PEAK = Metric("peak RSS MB", lambda r: r["result"]["peak_rss_mb"], higher=False)
+GROWTH = Metric("RSS growth MB", lambda r: r["result"]["rss_growth_mb"], higher=False, spec=",.1f")
 
 
 def _num(text: str) -> int:
     return int(float(text.replace("_", "")))
 
 
-def _plan_cases(bench: Bench, args: Any, curve: str) -> list[tuple[dict[str, Any], str, dict[str, Any]]]:
-    points = []
+Case = tuple[dict[str, Any], str, str, str, dict[str, Any]]  # config, side, module, function, params
+
+
+def _plan_cases(bench: Bench, args: Any, curve: str) -> list[Case]:
+    points: list[Case] = []
     xs = args.samples if curve == "plan" else args.nodes
     for x in xs:
         samples = x if curve == "plan" else args.world_samples
         nodes = 64 if curve == "plan" else x
         common = {"samples": samples, "shards": max(1, samples // 1000), "ncn": None, "block": None,
                   "nodes": nodes, "ranks": 8, "workers": 8, "mem_cap_mb": args.mem_cap_mb}
-        points.append(({"curve": curve, "x": x}, "astream", {"lib": "astream", "what": "rank", **common}))
+        points.append(({"curve": curve, "x": x}, "astream", "plans", "plan", {"lib": "astream", "what": "rank", **common}))
         if "mosaicml" in args.libs:
-            points.append(({"curve": curve, "x": x}, "mosaicml", {"lib": "mosaicml", "what": "work", **common}))
+            points.append(({"curve": curve, "x": x}, "mosaicml", "plans", "plan",
+                           {"lib": "mosaicml", "what": "work", **common}))
+    return points
+
+
+def _index_cases(bench: Bench, args: Any, curve: str) -> list[Case]:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from astream.cli._harness.work.scale import synthetic_index
+
+    points: list[Case] = []
+    for shards in args.shards:
+        root = str(Path(synthetic_index(str(bench.data / f"index-{shards}"), shards)).parent)
+        config = {"curve": curve, "x": shards}
+        # The node's first process builds the binary index; every other one maps it.
+        for side, lib, what in (("build", "astream", "build"), ("astream", "astream", "attach"),
+                                ("json", "astream", "json"), ("mosaicml", "mosaicml", "json")):
+            if side != "mosaicml" or "mosaicml" in args.libs:
+                points.append((config, side, "scale", "index",
+                               {"lib": lib, "what": what, "root": root, "mem_cap_mb": args.mem_cap_mb}))
     return points
 
 
 CURVES = {
     "plan": ("one rank's plan against the epoch's samples (64 nodes x 8 ranks)", "samples", _plan_cases),
     "world": ("one rank's plan against the world's nodes (8 ranks each, 10^8 samples)", "nodes", _plan_cases),
+    "index": ("reading an index.json of N shards: astream's node build (once), attach (every other process), "
+              "its JSON reader; mosaicml's", "shards", _index_cases),
 }
 
 
@@ -64,7 +92,7 @@ def growth(xs: list[float], ys: list[float]) -> str:
 
 
 def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[tuple[float, float]]]],
-          out: Path) -> Path:
+          out: Path, memory: str) -> Path:
     """Two log-log panels (CPU seconds, peak RSS) with a line per library."""
     import matplotlib
 
@@ -72,8 +100,8 @@ def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e"}
-    for ax, (metric, label) in zip(axes, (("cpu", "CPU seconds"), ("rss", "peak RSS (MB)")), strict=True):
+    colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e", "build": "#2ca02c", "json": "#9467bd"}
+    for ax, (metric, label) in zip(axes, (("cpu", "CPU seconds"), ("rss", memory)), strict=True):
         for side, points in series[metric].items():
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=side, color=colors.get(side))
@@ -97,46 +125,48 @@ def main() -> None:
     p.add_argument("--samples", nargs="*", type=_num, default=[10**6, 10**7, 10**8, 10**9])
     p.add_argument("--nodes", nargs="*", type=_num, default=[1, 8, 64, 512])
     p.add_argument("--world-samples", type=_num, default=10**8)
+    p.add_argument("--shards", nargs="*", type=_num, default=[10**3, 10**4, 10**5, 10**6])
     p.add_argument("--mem-cap-mb", type=int, default=8000, help="address-space cap of each point's process")
     p.add_argument("--png-dir", type=Path, help="write the log-log charts there (needs matplotlib)")
     args = p.parse_args()
     for curve in args.curve:
         title, xlabel, cases = CURVES[curve]
+        memory = GROWTH if curve == "index" else PEAK
         bench = Bench(f"scale-{curve}", args)
         failed: dict[tuple[str, int], str] = {}
-        for config, side, params in cases(bench, args, curve):
+        for config, side, module, function, params in cases(bench, args, curve):
             if not bench.has(side):
                 continue
             for _ in range(bench.runs):
                 try:
-                    bench.once(config, side, "plans", "plan", params)
+                    bench.once(config, side, module, function, params)
                 except ChildFailed as exc:
-                    if side == "astream":
+                    if side not in PEERS:
                         raise
                     failed[(side, config["x"])] = str(exc).splitlines()[-1][:120]
                     print(f"{side} at {xlabel}={config['x']:,}: {failed[(side, config['x'])]}", file=sys.stderr)
                     break
-        sides = [s for s in args.libs if bench.has(s)]
+        sides = list(dict.fromkeys(r["side"] for r in bench.records))
         rows, series = [], {"cpu": {s: [] for s in sides}, "rss": {s: [] for s in sides}}
         for config in bench.configs():
             row: list[Any] = [f"{config['x']:,}"]
             for side in sides:
-                cpu, peak = bench.median(config, side, CPU), bench.median(config, side, PEAK)
+                cpu, peak = bench.median(config, side, CPU), bench.median(config, side, memory)
                 if cpu is None:
                     row += [f"stops: {failed.get((side, config['x']), 'not run')}", "-"]
                     continue
                 series["cpu"][side].append((config["x"], cpu))
                 series["rss"][side].append((config["x"], peak))
-                row += [fmt(cpu, ".2f"), fmt(peak, ",.0f")]
+                row += [fmt(cpu, ".2f"), fmt(peak, memory.spec)]
             rows.append(row)
         rows.append(["growth (last decade)", *[g for s in sides for g in (
             growth(*zip(*series["cpu"][s], strict=True)) if len(series["cpu"][s]) > 1 else "-",
             growth(*zip(*series["rss"][s], strict=True)) if len(series["rss"][s]) > 1 else "-")]])
         bench.table(f"{title}; load {bench.loads()}", [xlabel, *[f"{s} {m}" for s in sides for m in
-                                                              ("CPU s", "peak RSS MB")]], rows)
+                                                              ("CPU s", memory.name)]], rows)
         if args.png_dir:
             args.png_dir.mkdir(parents=True, exist_ok=True)
-            print(f"chart: {chart(curve, title, xlabel, series, args.png_dir)}")
+            print(f"chart: {chart(curve, title, xlabel, series, args.png_dir, memory.name)}")
 
 
 if __name__ == "__main__":

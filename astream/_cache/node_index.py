@@ -18,6 +18,7 @@ A corrupt binary file (truncated, wrong checksum, another version) is rebuilt, n
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import json
 import os
@@ -108,10 +109,8 @@ def _build(index_json: str, path: str) -> None:
             os.fsync(out.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
 
 

@@ -9,6 +9,7 @@ epoch's shuffle plus O(that worker's share) instead of several O(epoch) tensors.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -140,6 +141,11 @@ class EpochPlan:
         # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
         self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
         self._last_parts: tuple[dict[int, int], ShuffleParts] | None = None
+        # Where each canonical node's shuffle draws begin, as far as known (computed here, or
+        # given: states kept under :attr:`shuffle_key` by another process of the node). A
+        # rank then starts at its own canonical node instead of making every earlier one's
+        # draws.
+        self.node_states: dict[int, dict[str, Any]] = {}
         self._check_world()
 
     def _check_world(self) -> None:
@@ -340,9 +346,19 @@ class EpochPlan:
         if cached is not None and all(k in cached[0] and cached[0][k] <= v for k, v in keep.items()):
             return cached[1]
         parts = shuffle_parts(self.shuffle_algo, self.resampled.units, c, self.shuffle_seed,
-                              self.epoch, self.shuffle_block_size, keep)
+                              self.epoch, self.shuffle_block_size, keep, self.node_states)
+        self.node_states.update(parts.node_states)
         self._last_parts = (keep, parts)
         return parts
+
+    @cached_property
+    def shuffle_key(self) -> str:
+        """What identifies this epoch's shuffle (algorithm, units, canonical nodes, seed,
+        epoch, block): the key under which :attr:`node_states` may be kept and given back."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.resampled.units, "<i8").tobytes())
+        digest.update(repr((self.shuffle_algo, self.num_canonical_nodes, self.shuffle_seed, self.epoch,
+                            self.shuffle_block_size)).encode())
+        return digest.hexdigest()
 
     def rank_order(self, node: int, local_rank: int, *, drop_last: bool = False) -> Int64Array:
         """The sample ids a rank's loader returns, in order, padding dropped.

@@ -69,15 +69,22 @@ def test_each_ranks_own_plan_is_its_slice_of_the_worlds(case, data) -> None:
     resume = data.draw(st.integers(0, epoch_size)) // world * world  # checkpoints fall on global steps
     resumed = _world_plan(streams, knobs, sample_in_epoch=resume)
     expected = resumed.work()
-    for node in range(knobs["num_physical_nodes"]):
-        for rank in range(knobs["ranks_per_node"]):
-            # A fresh plan per rank: nothing computed for another rank is reused.
-            alone = _world_plan(streams, knobs, sample_in_epoch=resume)
-            got = alone.rank_ids(node, rank)
-            assert got.shape == expected[node, rank].shape
-            assert np.array_equal(got, expected[node, rank]), (node, rank)
-            worker = data.draw(st.integers(0, knobs["workers_per_rank"] - 1))
-            assert np.array_equal(alone.worker_ids(node, rank, worker), expected[node, rank, worker].reshape(-1))
+    shared: dict[int, dict[str, object]] = {}  # generator states other ranks found, as a node shares them
+    order = [(n, r) for n in range(knobs["num_physical_nodes"]) for r in range(knobs["ranks_per_node"])]
+    for node, rank in data.draw(st.permutations(order)):
+        # A fresh plan per rank: nothing computed for another rank is reused.
+        alone = _world_plan(streams, knobs, sample_in_epoch=resume)
+        got = alone.rank_ids(node, rank)
+        assert got.shape == expected[node, rank].shape
+        assert np.array_equal(got, expected[node, rank]), (node, rank)
+        worker = data.draw(st.integers(0, knobs["workers_per_rank"] - 1))
+        assert np.array_equal(alone.worker_ids(node, rank, worker), expected[node, rank, worker].reshape(-1))
+        # The same rank started from the states the ranks before it left: the same ids.
+        helped = _world_plan(streams, knobs, sample_in_epoch=resume)
+        assert helped.shuffle_key == alone.shuffle_key
+        helped.node_states = dict(shared)
+        assert np.array_equal(helped.rank_ids(node, rank), expected[node, rank]), ("helped", node, rank)
+        shared.update(alone.node_states)
 
 
 @settings(max_examples=200, deadline=None)
