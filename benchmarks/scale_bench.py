@@ -12,6 +12,9 @@ and left out of its curve.
 - ``index``: an MDS ``index.json`` of ``--shards`` shards read by a process: ``build`` (the
   node's first process makes the binary index), ``astream`` (every other process maps it),
   ``json`` (astream's JSON reader, every process before the binary index) and mosaicml's.
+- ``agent``: one node agent under ``--clients`` light client processes (72: 8 ranks x 8
+  workers and their main processes), each ``ensure`` of a cached shard in a closed loop:
+  p50/p99 latency, the agent's CPU per request, the slowest client's rate over the fastest's.
 
     python benchmarks/scale_bench.py --curve plan world --runs 1 --png-dir docs/bench/img
     python benchmarks/scale_bench.py --curve plan --samples 1e6 1e7 --runs 1      # a quick look
@@ -77,9 +80,49 @@ def _index_cases(bench: Bench, args: Any, curve: str) -> list[Case]:
 CURVES = {
     "plan": ("one rank's plan against the epoch's samples (64 nodes x 8 ranks)", "samples", _plan_cases),
     "world": ("one rank's plan against the world's nodes (8 ranks each, 10^8 samples)", "nodes", _plan_cases),
+    "agent": ("the node agent under N clients", "clients", None),
     "index": ("reading an index.json of N shards: astream's node build (once), attach (every other process), "
               "its JSON reader; mosaicml's", "shards", _index_cases),
 }
+
+
+def agent_curve(args: Any) -> None:
+    """The node agent under N light clients: latency, agent CPU per request, fairness."""
+    import statistics
+    import time
+    import uuid
+
+    bench = Bench("scale-agent", args)
+    remote = bench.data / "agent-remote"
+    remote.mkdir(parents=True, exist_ok=True)
+    key = "shard.00000.mds"
+    (remote / key).write_bytes(b"\0" * 65536)
+    rows, lat_series, cpu_series = [], {"p50": [], "p99": []}, {"agent CPU µs per request": []}
+    for n in args.clients:
+        start_at = time.time() + 10 + 0.8 * n  # every client imported and connected (72 at load ~10: ~40 s)
+        record = bench.once({"curve": "agent", "x": n}, "astream", "scale", "agent_client",
+                            {"local": "{cache}", "remote": str(remote), "run_id": f"scale-{uuid.uuid4().hex[:8]}",
+                             "key": key, "start_at": start_at, "seconds": args.agent_seconds}, ranks=n)
+        clients = record["result"] if n > 1 else [record["result"]]
+        lat = sorted(x for c in clients for x in c["latencies_us"])
+        total = sum(c["requests"] for c in clients)
+        agent = max(c["agent_cpu_after"] for c in clients) - min(c["agent_cpu_before"] for c in clients)
+        rates = [c["rate"] for c in clients]
+        worst_p99 = max(sorted(c["latencies_us"])[int(0.99 * (len(c["latencies_us"]) - 1))] for c in clients)
+        p50, p99 = lat[len(lat) // 2], lat[int(0.99 * (len(lat) - 1))]
+        lat_series["p50"].append((n, p50))
+        lat_series["p99"].append((n, p99))
+        cpu_series["agent CPU µs per request"].append((n, agent / total * 1e6))
+        rows.append([n, f"{total:,}", f"{sum(rates):,.0f}", f"{p50:,.0f}", f"{p99:,.0f}", f"{worst_p99:,.0f}",
+                     f"{agent / total * 1e6:.1f}", f"{min(rates) / max(rates):.2f}",
+                     f"{statistics.median(rates):,.0f}", f"{max(c['late_s'] for c in clients):.1f}"])
+    bench.table(f"the node agent under N clients (each its own process, ensure of a cached shard in a closed loop, "
+                f"{args.agent_seconds:g} s); load {bench.loads()}",
+                ["clients", "requests", "requests/s", "p50 µs", "p99 µs", "worst client's p99 µs",
+                 "agent CPU µs/request", "slowest/fastest client", "median client req/s", "latest start s"], rows)
+    if args.png_dir:
+        series = {"cpu": lat_series, "rss": cpu_series}
+        print(f"chart: {chart('agent', 'the node agent under N clients', 'clients', series, args.png_dir, 'agent CPU µs per request', ('latency µs (all requests)', ''))}")
 
 
 def growth(xs: list[float], ys: list[float]) -> str:
@@ -92,7 +135,7 @@ def growth(xs: list[float], ys: list[float]) -> str:
 
 
 def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[tuple[float, float]]]],
-          out: Path, memory: str) -> Path:
+          out: Path, memory: str, first: tuple[str, str] = ("CPU seconds", "")) -> Path:
     """Two log-log panels (CPU seconds, peak RSS) with a line per library."""
     import matplotlib
 
@@ -101,7 +144,7 @@ def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
     colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e", "build": "#2ca02c", "json": "#9467bd"}
-    for ax, (metric, label) in zip(axes, (("cpu", "CPU seconds"), ("rss", memory)), strict=True):
+    for ax, (metric, label) in zip(axes, (("cpu", first[0]), ("rss", memory)), strict=True):
         for side, points in series[metric].items():
             if points:
                 ax.plot(*zip(*points, strict=True), marker="o", label=side, color=colors.get(side))
@@ -126,11 +169,16 @@ def main() -> None:
     p.add_argument("--nodes", nargs="*", type=_num, default=[1, 8, 64, 512])
     p.add_argument("--world-samples", type=_num, default=10**8)
     p.add_argument("--shards", nargs="*", type=_num, default=[10**3, 10**4, 10**5, 10**6])
+    p.add_argument("--clients", nargs="*", type=_num, default=[1, 8, 32, 72])
+    p.add_argument("--agent-seconds", type=float, default=5.0)
     p.add_argument("--mem-cap-mb", type=int, default=8000, help="address-space cap of each point's process")
     p.add_argument("--png-dir", type=Path, help="write the log-log charts there (needs matplotlib)")
     args = p.parse_args()
     for curve in args.curve:
         title, xlabel, cases = CURVES[curve]
+        if cases is None:
+            agent_curve(args)
+            continue
         memory = GROWTH if curve == "index" else PEAK
         bench = Bench(f"scale-{curve}", args)
         failed: dict[tuple[str, int], str] = {}

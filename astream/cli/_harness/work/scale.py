@@ -82,3 +82,56 @@ def index(lib: str, what: str, root: str, mem_cap_mb: int | None = None) -> dict
     seconds, cpu = time.perf_counter() - start, time.process_time() - cpu
     return {"seconds": seconds, "cpu_seconds": cpu, "rss_growth_mb": _vm("VmRSS") - base,
             "peak_rss_mb": _vm("VmHWM"), "samples": total, "shards": len(sizes)}
+
+
+def agent_client(local: str, remote: str, run_id: str, key: str, start_at: float, seconds: float,
+                 keep: int = 3000) -> dict[str, Any]:
+    """One light client of a node agent (the first to connect starts it, in its own process):
+    ``ensure`` of a cached shard in a closed loop from ``start_at`` for ``seconds``; its
+    request count and rate, a sample of its latencies (µs), and the agent's CPU seconds
+    before and after (``stats``)."""
+    import asyncio
+    import sys
+
+    sys.path.insert(0, os.getcwd())  # the checkout: the tests' whole-file fetcher, by its pickled name
+    from astream._coord.client import AsyncNodeClient
+    from astream._coord.config import CoordConfig
+    from astream._coord.launch import new_event_loop
+    from astream._coord.world import World
+    from tests.coord.simple_provider import SimpleProviderFactory
+
+    rank, size = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+
+    async def run() -> dict[str, Any]:
+        world = World(rank=rank, world_size=size, local_rank=rank, ranks_per_node=size)
+        config = CoordConfig(agent_linger=2.0, connect_timeout=120.0, watch_warn_after=600.0)
+        async with AsyncNodeClient(local, SimpleProviderFactory(remote, local), run_id=run_id, world=world,
+                                   config=config) as node:
+            await node.ensure(key)
+            await asyncio.sleep(max(0.0, start_at - time.time()))
+            agent_before = float((await node.stats())["cpu_s"])
+            late = max(0.0, time.time() - start_at)
+            lat: list[float] = []
+            t0 = time.perf_counter()
+            stop = t0 + max(0.1, seconds - late)
+            now = t0
+            while now < stop:
+                await node.ensure(key)
+                after = time.perf_counter()
+                lat.append(after - now)
+                now = after
+            elapsed = now - t0
+            agent_after = float((await node.stats())["cpu_s"])
+            # Every client keeps its link until all have measured: a closing one would
+            # leave the agent with fewer clients than the point names.
+            await asyncio.sleep(max(0.0, start_at + seconds + 1.0 - time.time()))
+        step = max(1, len(lat) // keep)
+        return {"requests": len(lat), "elapsed_s": elapsed, "late_s": late, "rate": len(lat) / max(elapsed, 1e-9),
+                "latencies_us": [round(x * 1e6, 1) for x in sorted(lat)[::step]],
+                "agent_cpu_before": agent_before, "agent_cpu_after": agent_after}
+
+    loop = new_event_loop()
+    try:
+        return loop.run_until_complete(run())
+    finally:
+        loop.close()
