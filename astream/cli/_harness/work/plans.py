@@ -16,7 +16,7 @@ from . import stub_streaming_vision
 __all__ = ["plan"]
 
 
-def _remix_worker(sizes: Any, algo: str, ncn: int, block: int, nodes: int, ranks: int, workers: int, batch: int,
+def _remix_worker(sizes: Any, algo: str, ncn: int | None, block: int | None, nodes: int, ranks: int, workers: int, batch: int,
                   epoch: int) -> Any:
     """One worker's ids after the epoch's mixture changed twice (issue 36): the shards split
     into three streams; two at 0.5/0.5, then 0.6/0.2/0.2 (the third added) from a quarter of
