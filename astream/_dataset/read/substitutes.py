@@ -27,9 +27,9 @@ from typing import Any, Protocol
 import numpy as np
 import numpy.typing as npt
 
-from astream._dataset.collate import collate_samples
 from astream._dataset.layout import SampleMap
 from astream._dataset.quarantine import BadSample, BadSamplePolicy, Substituted
+from astream._dataset.read.collate import collate_samples
 from astream._sampling.substitute import in_batch, outside
 from astream.errors import BadDataError
 
