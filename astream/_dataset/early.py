@@ -51,8 +51,8 @@ import numpy as np
 import numpy.typing as npt
 
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.collate import read_positions
 from astream._dataset.read.ledger import ServedLedger
-from astream._dataset.read.reader import read_positions
 from astream._dataset.read.shards import Decoded, OpenShards
 from astream.errors import StateError
 

@@ -24,6 +24,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from astream._dataset import quarantine as bad
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
@@ -34,7 +35,6 @@ from astream._dataset.observe.progress import ProgressBar
 from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.observe.stats import ConsumerCounters, Stats
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.quarantine import QUARANTINE_KEY, QuarantineBook, Substituted
 from astream._dataset.read.reader import EpochReader, StartAt
 from astream._dataset.read.samples import apply_batch_transform
 from astream._dataset.runtime import portal
@@ -96,10 +96,9 @@ class _EpochJob:
 
 def _open_reader(
     ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig,
-    skipped: frozenset[int] = frozenset(),
+    skipped: frozenset[int] = frozenset(),  # on_bad_sample="skip": the ids known to be bad
 ) -> AbstractAsyncContextManager[EpochReader]:
-    """The reader of one of the loader's readers (a worker's, or the process's own);
-    ``skipped``: with on_bad_sample="skip", the ids known to be bad."""
+    """The reader of one of the loader's readers (a worker's, or the process's own)."""
     return ds.open_epoch_reader(epoch, offset, worker=worker, workers_per_rank=config.readers,
                                 batch_size=config.batch_size, drop_last=config.drop_last,
                                 batch_transform=config.batch_transform, skipped=skipped)
@@ -182,10 +181,7 @@ class Loader:
         self._consumer = ConsumerCounters()  # over the loader's life, all epochs
         self._bar: ProgressBar | None = None
         self._epoch_samples: int | None = None  # this iteration's, for the bar
-        policy = dataset.config.bad_samples
-        # on_bad_sample="skip": the bad samples handed out, the budget, and a loaded state's count.
-        self._book = QuarantineBook(policy, dataset.unique_world.rank) if policy.skips else None
-        self._resume_spent = 0
+        self._book = bad.QuarantineBook.of(dataset.config.bad_samples, dataset.unique_world.rank)  # (skip)
         register_metrics(self)  # a weak reference, read only by an exporter someone enabled
         enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
@@ -264,18 +260,6 @@ class Loader:
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
         self.config = self.config.with_workers(self._choice.workers)
 
-    def _shard_file(self, sample: int) -> str:
-        smap = self.dataset.sample_map
-        shard, _ = smap.locate_one(sample)
-        return smap.indexes[smap.shard_stream[shard]].shards[smap.shard_local[shard]].raw_data.basename
-
-    def _unwrapped(self, batch: Any) -> Any:
-        """A batch with stand-ins for bad samples: its records counted (BadDataError once the
-        budget is spent) as it is handed over, then the batch itself."""
-        assert self._book is not None
-        self._book.met(batch.bad)
-        return batch.batch
-
     def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
         # Counted as it is handed over, i.e. what the training loop received.
         now = time.perf_counter()
@@ -305,8 +289,7 @@ class Loader:
                     batch = await it.__anext__()
                 except StopAsyncIteration:
                     return
-                if type(batch) is Substituted:
-                    batch = self._unwrapped(batch)
+                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
                 last = self._received(batch, asked, last, time.thread_time() - cpu)
                 yield batch
         finally:
@@ -329,7 +312,7 @@ class Loader:
             check_began(served, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
-        skipped = self._begin_budget(epoch, offset)
+        skipped = bad.epoch_skips(self._book, offset, lambda: config.batch_size * len(self.batch_ids(epoch)))
         if config.num_workers == 0:
             async with _open_reader(ds, epoch, offset, 0, config, skipped) as reader:
                 batches = reader.batches(config.collate_fn, served_first=None if served is None else served.served)
@@ -344,17 +327,6 @@ class Loader:
                               loop_factory=new_event_loop, schedule=schedule.tolist(),
                               start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
-
-    def _begin_budget(self, epoch: int, offset: int) -> frozenset[int]:
-        """on_bad_sample="skip": this epoch's budget (a resumed epoch keeps the count its state
-        had) and the ids its readers substitute without reading."""
-        book = self._book
-        if book is None:
-            return frozenset()
-        spent, self._resume_spent = (self._resume_spent if offset else 0), 0
-        whole = sum(len(b) for b in self.batch_ids(epoch)) if isinstance(book.policy.max_bad, float) else 0
-        book.begin_epoch(whole, spent)
-        return book.skipped()
 
     @asynccontextmanager
     async def _open_async(self) -> AsyncIterator[AsyncIterator[Any]]:
@@ -407,8 +379,7 @@ class Loader:
                     batch = next(batches)
                 except StopIteration:
                     return
-                if type(batch) is Substituted:
-                    batch = self._unwrapped(batch)
+                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
                 last = self._received(batch, asked, last)
                 yield batch
         finally:
@@ -531,10 +502,7 @@ class Loader:
         consumed = self.num_samples_yielded * world.world_size
         if self.dataset.replication:
             consumed //= self.dataset.replication
-        state = self.dataset.state_dict(consumed, from_beginning=False)
-        if self._book is not None:
-            state[QUARANTINE_KEY] = self._book.state()
-        return state
+        return bad.with_quarantine(self.dataset.state_dict(consumed, from_beginning=False), self._book)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume mid-epoch at the next iteration (also on another world shape).
@@ -544,8 +512,7 @@ class Loader:
         """
         self.dataset.load_state_dict(state)
         self.num_samples_yielded = 0
-        if self._book is not None:
-            self._resume_spent = self._book.load(state.get(QUARANTINE_KEY), self._shard_file)
+        bad.load_quarantine(self._book, state, self.dataset.sample_map.shard_file)
 
 
 def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:

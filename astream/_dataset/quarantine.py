@@ -46,6 +46,10 @@ __all__ = [
     "Quarantine",
     "QuarantineBook",
     "Substituted",
+    "epoch_skips",
+    "handed",
+    "load_quarantine",
+    "with_quarantine",
 ]
 
 MODES = ("raise", "skip")
@@ -183,11 +187,25 @@ class QuarantineBook:
     def __init__(self, policy: BadSamplePolicy, rank: int) -> None:
         self.policy = policy
         self.rank = rank
+        self.resume_spent = 0  # a loaded state's count, for the epoch it resumes
         self.known: dict[int, BadSample] = {}  # every bad sample met, any epoch
         self.epoch: list[BadSample] = []  # met this epoch, in the order handed out
         self.spent = 0  # positions substituted this epoch on this rank (before a resume too)
         self.total = 0  # positions substituted, all epochs of this consumer
         self.budget = policy.budget(0) if isinstance(policy.max_bad, int) else 0
+
+    @classmethod
+    def of(cls, policy: BadSamplePolicy, rank: int) -> QuarantineBook | None:
+        """A consumer's book, or None with ``on_bad_sample="raise"``."""
+        return cls(policy, rank) if policy.skips else None
+
+    def open_epoch(self, offset: int, epoch_samples: Callable[[], int]) -> frozenset[int]:
+        """An epoch begins ``offset`` samples in (a resumed one keeps its state's count;
+        ``epoch_samples``: the rank's, asked only for a fraction budget); returns the ids its
+        readers substitute without reading."""
+        spent, self.resume_spent = (self.resume_spent if offset else 0), 0
+        self.begin_epoch(epoch_samples() if isinstance(self.policy.max_bad, float) else 0, spent)
+        return self.skipped()
 
     def begin_epoch(self, epoch_samples: int, spent: int = 0) -> None:
         """A new epoch of ``epoch_samples`` on this rank (``spent``: met before a resume)."""
@@ -244,4 +262,29 @@ class QuarantineBook:
             raise StateError(f"state dict key {QUARANTINE_KEY!r} must be what state_dict() wrote, got {state!r}")
         for i in ids:
             self.known.setdefault(i, BadSample(i, shard_of(i), "state", "recorded in the state dict"))
-        return spent if rank == self.rank else 0
+        self.resume_spent = spent if rank == self.rank else 0
+        return self.resume_spent
+
+
+def epoch_skips(book: QuarantineBook | None, offset: int, epoch_samples: Callable[[], int]) -> frozenset[int]:
+    """:meth:`QuarantineBook.open_epoch`, or nothing to skip without a book."""
+    return frozenset() if book is None else book.open_epoch(offset, epoch_samples)
+
+
+def with_quarantine(state: dict[str, Any], book: QuarantineBook | None) -> dict[str, Any]:
+    """A state dict with the book's record in it (as it is without a book)."""
+    return state if book is None else {**state, QUARANTINE_KEY: book.state()}
+
+
+def load_quarantine(book: QuarantineBook | None, state: Mapping[str, Any], shard_of: Callable[[int], str]) -> None:
+    """Take a state dict's record into the book (nothing without a book)."""
+    if book is not None:
+        book.load(state.get(QUARANTINE_KEY), shard_of)
+
+
+def handed(book: QuarantineBook | None, batch: Substituted) -> Any:
+    """A batch with substitutes as the consumer hands it out: its records counted first
+    (BadDataError once the budget is spent)."""
+    assert book is not None  # (only a skipping reader makes them)
+    book.met(batch.bad)
+    return batch.batch

@@ -330,10 +330,8 @@ def check_remote_size(url: str, total: int, size: int | None) -> None:
         SizeMismatchError: the sizes differ (the dataset changed after its index was written).
     """
     if size is not None and total != size:
-        raise SizeMismatchError(
-            f"{url}: the remote object is {total} bytes but index.json says {size}; "
-            "the dataset changed after its index was written (re-create the index or the cache)"
-        )
+        raise SizeMismatchError(f"{url}: the remote object is {total} bytes but index.json says {size}; "
+                                "the dataset changed after its index was written (re-create the index or the cache)")
 
 
 def check_range(url: str, start: int, end: int) -> tuple[int, int]:

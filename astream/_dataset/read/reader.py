@@ -35,15 +35,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.quarantine import BadSamplePolicy
 from astream._dataset.read.ahead import DecodedAhead, decode_ahead
 from astream._dataset.read.arriving import ArrivingShards
-from astream._dataset.read.collate import collate_samples
+from astream._dataset.read.collate import collate_samples, read_positions
 from astream._dataset.read.grouping import BatchGroups
 from astream._dataset.read.installed import check_installed
 from astream._dataset.read.leases import LeaseBook
@@ -51,7 +49,7 @@ from astream._dataset.read.ledger import ServedLedger
 from astream._dataset.read.peek import PeekedRecords, RemotePeek
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards, ResidentPages
-from astream._dataset.read.substitutes import Substitutes
+from astream._dataset.read.substitutes import BadSamples, ReaderSide, Substitutes
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
@@ -74,7 +72,7 @@ StartAt = Callable[[], Awaitable[int]]
 CHUNK = 64
 
 
-class EpochReader(AsyncResource):
+class EpochReader(AsyncResource, ReaderSide):
     """One worker's pass over its sample ids: leases, prefetch, and reading.
 
     Use ``async with``; iterate :meth:`batches` or :meth:`samples` once.
@@ -96,8 +94,7 @@ class EpochReader(AsyncResource):
         bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
             time and report the plan and position to the node agent.
         window: positions read at once (the batch size) when ``bounded``.
-        bad_samples: ``on_bad_sample="skip"``: the policy and the ids known to be bad
-            (see :mod:`astream._dataset.read.substitutes`); None: a bad sample stops the iteration.
+        bad_samples: skip mode's policy and known-bad ids (:mod:`~astream._dataset.read.substitutes`).
     """
 
     _names = itertools.count()
@@ -116,7 +113,7 @@ class EpochReader(AsyncResource):
         batch_transform: Callable[[Any], Any] | None = None,
         bounded: bool = False,
         window: int = 1,
-        bad_samples: tuple[BadSamplePolicy, frozenset[int]] | None = None,
+        bad_samples: BadSamples | None = None,
     ) -> None:
         self._node = node
         self._steps = steps
@@ -125,9 +122,7 @@ class EpochReader(AsyncResource):
         self._window = max(1, window)
         self._name = f"{os.getpid()}.{next(EpochReader._names)}"
         # Bounded: no reading ahead by range, whose batches pass leases still in flight
-        # (their pins would outlive the batch). on_bad_sample="skip": every sample comes from
-        # its installed, checked shard, so what is bad never depends on which was first, the
-        # download or an early read.
+        # (their pins would outlive the batch). Skip mode: only installed shards (see substitutes).
         early = not bounded and bad_samples is None
         self._peek = peek if early else None
         self._arriving = arriving if early else None
@@ -169,9 +164,6 @@ class EpochReader(AsyncResource):
         self._prefetch: asyncio.Task[None] | None = None
         self._requests: set[asyncio.Task[None]] = set()
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
-        self._dropped: set[int] = set()  # shards whose lease failed for bad data (skip): never read
-        self._unleased: Int64Array | None = None  # positions known bad whose shard no lease holds (skip)
-        self._collate: Callable[[list[dict[str, Any]]], Any] | None = None
         self._substitutes = None if bad_samples is None else Substitutes(self, bad_samples[0], smap, bad_samples[1])
 
     def _begin(self, read_size: int) -> None:
@@ -182,11 +174,7 @@ class EpochReader(AsyncResource):
         self._read_size = read_size
         if self._bounded:
             self._window = read_size
-        # on_bad_sample="skip": positions known to be bad are never read, so their shards are
-        # not leased for them (a lost shard is not downloaded again); windows stop before them.
         leased = self._shard if self._substitutes is None else self._substitutes.lease_shards(self._shard)
-        if leased is not self._shard:
-            self._unleased = np.flatnonzero(leased != self._shard)
         self._book = book = LeaseBook(leased, self._predownload, read_size, self._bounded)
         self._lease_shard, self._lease_start, self._lease_end = book.shard, book.start, book.end
         loop = asyncio.get_running_loop()
@@ -545,9 +533,7 @@ class EpochReader(AsyncResource):
         if peeked and len(runs) < len(peeked):
             return None  # (records from the remote, or a few of an arriving file: this batch alone)
         want = int(bounds[min(k + self._ahead_batches, len(bounds) - 1)])
-        stop = self._readable_until(want)
-        if self._unleased is not None and (nxt := int(np.searchsorted(self._unleased, a))) < len(self._unleased):
-            stop = min(stop, int(self._unleased[nxt]))
+        stop = self._before_unleased(a, self._readable_until(want))
         if runs:
             stop = self._in_runs_until(a, stop, want, runs)
         cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])
@@ -682,14 +668,11 @@ class EpochReader(AsyncResource):
         if first:
             await self._advance(int(bounds[min(first, order.num_batches)]))
         await self._start()
-        self._collate = collate
-        substitutes = self._substitutes
+        substitutes = self._substitutes  # (skip mode: the one point where bad samples are replaced)
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            if substitutes is None:
-                batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
-            else:  # on_bad_sample="skip": the one point where bad samples are replaced
-                batch = await substitutes.batch(a, b, collate, k)
+            batch = (await self._batch(a, b, await self._fetch(a, b), collate, k) if substitutes is None
+                     else await substitutes.batch(a, b, collate, k))  # (batch k of the order)
             if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._advance(b)
@@ -731,96 +714,6 @@ class EpochReader(AsyncResource):
         await self._settle_checks()
 
 
-    # -- what Substitutes needs (astream._dataset.read.substitutes.ReaderSide) ----------------------
-
-    @property
-    def shards_of(self) -> Int64Array:
-        return self._shard
-
-    @property
-    def samples_mode(self) -> bool:
-        """Batches are collated from samples read one by one (a transform, or a collate_fn)."""
-        return self._steps is not None or self._collate is not None
-
-    async def fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
-        return await self._fetch(a, b)
-
-    async def batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any, k: int | None) -> Any:
-        return await self._batch(a, b, peeked, collate, k)
-
-    def drop_failed(self, stop: int, accept: Callable[[BaseException], bool]) -> dict[int, BaseException]:
-        """Leases starting before ``stop`` whose request failed with an error ``accept``
-        takes: each is marked passed (its shard is never read), its shard returned with it."""
-        out: dict[int, BaseException] = {}
-        loop = asyncio.get_running_loop()
-        starts = self._lease_start
-        for lease in range(self._needed, len(starts)):
-            if starts[lease] >= stop:
-                break
-            future = self._ready[lease]
-            if future.done() and not future.cancelled() and (exc := future.exception()) is not None and accept(exc):
-                passed: asyncio.Future[str] = loop.create_future()
-                passed.set_result("")
-                self._ready[lease] = passed
-                shard = int(self._lease_shard[lease])
-                self._dropped.add(shard)
-                out[shard] = exc
-        return out
-
-    def open_source(self, shard: int, peeked: dict[int, PeekedRecords]) -> SampleSource | PeekedRecords:
-        return self._reader(shard, peeked)
-
-    def record(self, position: int, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
-        return self._reader(int(self._shard[position]), peeked).get(int(self._offset[position]))
-
-    def rows(self, positions: Int64Array, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
-        return read_positions(self._shard[positions], self._offset[positions],
-                              functools.partial(self._reader, peeked=peeked))
-
-    async def sample(self, position: int, peeked: dict[int, PeekedRecords]) -> Any:
-        return (await self._samples(position, position + 1, peeked))[0]
-
-    async def alone(self, position: int, as_sample: bool) -> Any:
-        """Position ``position`` read by itself, its shard pinned meanwhile (a stand-in from
-        outside the batch): a sample, or a batch of one row."""
-        shard, offset = int(self._shard[position]), int(self._offset[position])
-        key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
-        path = await self._node.ensure(key, pin=True)
-        try:
-            source = self._shards.get(shard, path)
-            if not as_sample:
-                return source.get_batch(np.asarray([offset], np.int64))
-            steps = self._steps
-            if steps is None:
-                return source.get(offset)
-            sample_id = int(self.ids[position])
-
-            def lookup(i: int) -> dict[str, Any] | None:
-                return source.get(offset) if i == sample_id else None
-
-            return (await asyncio.get_running_loop().run_in_executor(None, steps.run, [sample_id], lookup))[0]
-        finally:
-            await self._node.unpin(key)
-
-    async def finish(self, batch: Any) -> Any:
-        """A batch made by stand-ins, through the loader's batch transform."""
-        if self._batch_transform is not None:
-            with STAGES.timed("transform"):
-                batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
-                                                                         self._batch_transform, batch)
-        return batch
-
-
-def read_positions(shards: Int64Array, offsets: Int64Array,
-                   source_of: Callable[[int], SampleSource | PeekedRecords]) -> dict[str, Any]:
-    """The batch of records ``offsets`` of ``shards`` (position by position), each shard read
-    through ``source_of(shard)``: one ``get_batch`` for one shard, else one gather."""
-    if shards[0] == shards[-1] and (shards == shards[0]).all():
-        return source_of(int(shards[0])).get_batch(offsets)
-    found, groups = group_positions(shards)
-    uniq = found.tolist()
-    return gather_batch([source_of(g) for g in uniq], groups, [offsets[idx] for idx in groups], len(shards),
-                        f"shards {uniq}")
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:

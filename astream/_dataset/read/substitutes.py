@@ -20,58 +20,152 @@ Substitutes and the reader's path is what it always was.
 
 from __future__ import annotations
 
+import asyncio
+import functools
 import logging
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
+from astream._dataset.observe.timings import STAGES
 from astream._dataset.quarantine import BadSample, BadSamplePolicy, Substituted
-from astream._dataset.read.collate import collate_samples
+from astream._dataset.read.collate import collate_samples, read_positions
+from astream._dataset.read.peek import PeekedRecords
+from astream._dataset.read.samples import SampleSteps, apply_batch_transform
+from astream._dataset.read.shards import OpenShards
+from astream._format.kinds import SampleSource
+from astream._node.provider import shard_key
 from astream._sampling.substitute import in_batch, outside
 from astream.errors import BadDataError
 
-__all__ = ["ReaderSide", "Substitutes", "take_rows"]
+__all__ = ["BadSamples", "ReaderSide", "Substitutes", "repeat_rows"]
 
 log = logging.getLogger("astream.dataset")
 
 Int64Array = npt.NDArray[np.int64]
+BadSamples = tuple[BadSamplePolicy, frozenset[int]]  # what a reader is given in skip mode
 CAUSE_CHARS = 300  # of an error's message kept in a record
 
 
-class ReaderSide(Protocol):
-    """What :class:`Substitutes` needs of the reader (:class:`~astream._dataset.reader.EpochReader`)."""
+class ReaderSide:
+    """What :class:`Substitutes` reads of the reader: a mixin of
+    :class:`~astream._dataset.read.reader.EpochReader`, whose state it names here."""
 
     ids: Int64Array  # the worker's sequence of global sample ids
+    _dropped: frozenset[int] = frozenset()  # shards whose lease failed for bad data: never read
+    _unleased: Int64Array | None = None  # positions known bad whose shard no lease holds
+    _shard: Int64Array
+    _offset: Int64Array
+    _steps: SampleSteps | None
+    _batch_transform: Callable[[Any], Any] | None
+    _needed: int
+    _lease_start: Int64Array
+    _lease_shard: Int64Array
+    _ready: list[asyncio.Future[str]]
+    _smap: SampleMap
+    _node: AsyncNodeClient
+    _shards: OpenShards
+
+    async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
+        raise NotImplementedError
+
+    async def _batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any,
+                     k: int | None = None) -> Any:
+        raise NotImplementedError
+
+    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> SampleSource | PeekedRecords:
+        raise NotImplementedError
+
+    async def _samples(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[Any]:
+        raise NotImplementedError
+
+    def rows(self, positions: Int64Array, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
+        """Positions ``positions`` as one batch, read column-wise."""
+        return read_positions(self._shard[positions], self._offset[positions],
+                              functools.partial(self._reader, peeked=peeked))
 
     @property
-    def shards_of(self) -> Int64Array: ...  # the global shard of each position
+    def shards_of(self) -> Int64Array:
+        return self._shard
 
-    async def fetch(self, a: int, b: int) -> Any: ...
+    def _before_unleased(self, a: int, stop: int) -> int:
+        """``stop``, or the first position at or after ``a`` that is known bad and unleased
+        (a window of batches decoded at once must end before it)."""
+        unleased = self._unleased
+        if unleased is not None and (nxt := int(np.searchsorted(unleased, a))) < len(unleased):
+            return min(stop, int(unleased[nxt]))
+        return stop
 
-    async def batch(self, a: int, b: int, peeked: Any, collate: Any, k: int | None) -> Any: ...
+    async def fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
+        return await self._fetch(a, b)
 
-    def drop_failed(self, stop: int, accept: Callable[[BaseException], bool]) -> dict[int, BaseException]: ...
+    async def batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any, k: int | None) -> Any:
+        return await self._batch(a, b, peeked, collate, k)
 
-    def open_source(self, shard: int, peeked: Any) -> Any: ...
+    def drop_failed(self, stop: int, accept: Callable[[BaseException], bool]) -> dict[int, BaseException]:
+        """Leases starting before ``stop`` whose request failed with an error ``accept``
+        takes: each is marked passed (its shard is never read), its shard returned with it."""
+        out: dict[int, BaseException] = {}
+        loop = asyncio.get_running_loop()
+        starts = self._lease_start
+        for lease in range(self._needed, len(starts)):
+            if starts[lease] >= stop:
+                break
+            future = self._ready[lease]
+            if future.done() and not future.cancelled() and (exc := future.exception()) is not None and accept(exc):
+                passed: asyncio.Future[str] = loop.create_future()
+                passed.set_result("")
+                self._ready[lease] = passed
+                shard = int(self._lease_shard[lease])
+                self._dropped = self._dropped | {shard}
+                out[shard] = exc
+        return out
 
-    def record(self, position: int, peeked: Any) -> Any: ...
+    def open_source(self, shard: int, peeked: dict[int, PeekedRecords]) -> SampleSource | PeekedRecords:
+        return self._reader(shard, peeked)
 
-    def rows(self, positions: Int64Array, peeked: Any) -> Any: ...
+    def record(self, position: int, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
+        return self._reader(int(self._shard[position]), peeked).get(int(self._offset[position]))
 
-    async def sample(self, position: int, peeked: Any) -> Any: ...
+    async def sample(self, position: int, peeked: dict[int, PeekedRecords]) -> Any:
+        return (await self._samples(position, position + 1, peeked))[0]
 
-    async def alone(self, position: int, as_sample: bool) -> Any: ...
+    async def alone(self, position: int, as_sample: bool) -> Any:
+        """Position ``position`` read by itself, its shard pinned meanwhile (a stand-in from
+        outside the batch): a sample, or a batch of one row."""
+        shard, offset = int(self._shard[position]), int(self._offset[position])
+        key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
+        path = await self._node.ensure(key, pin=True)
+        try:
+            source = self._shards.get(shard, path)
+            if not as_sample:
+                return source.get_batch(np.asarray([offset], np.int64))
+            steps = self._steps
+            if steps is None:
+                return source.get(offset)
+            sample_id = int(self.ids[position])
 
-    async def finish(self, batch: Any) -> Any: ...
+            def lookup(i: int) -> dict[str, Any] | None:
+                return source.get(offset) if i == sample_id else None
 
-    @property
-    def samples_mode(self) -> bool: ...
+            return (await asyncio.get_running_loop().run_in_executor(None, steps.run, [sample_id], lookup))[0]
+        finally:
+            await self._node.unpin(key)
+
+    async def finish(self, batch: Any) -> Any:
+        """A batch made by stand-ins, through the loader's batch transform."""
+        if self._batch_transform is not None:
+            with STAGES.timed("transform"):
+                batch = await asyncio.get_running_loop().run_in_executor(None, apply_batch_transform,
+                                                                         self._batch_transform, batch)
+        return batch
 
 
-def take_rows(batch: Any, rows: Int64Array) -> Any:
+def repeat_rows(batch: Any, rows: Int64Array) -> Any:
     """Rows ``rows`` of a column-wise batch (a dict of arrays and lists), in that order."""
     out: dict[str, Any] = {}
     for key, column in batch.items():
@@ -121,6 +215,7 @@ class Substitutes:
         position = np.maximum.accumulate(position)
         position[position < 0] = int(np.flatnonzero(~bad)[0])
         out: Int64Array = shards[position]
+        self._reader._unleased = np.flatnonzero(out != shards)
         return out
 
     def _accept(self, exc: BaseException) -> bool:
@@ -214,7 +309,7 @@ class Substitutes:
 
     async def _substituted(self, a: int, b: int, peeked: Any, collate: Any) -> Any:
         reader = self._reader
-        as_sample = reader.samples_mode
+        as_sample = reader._steps is not None or collate is not None  # (else read column-wise)
         bad: dict[int, BadSample] = {}
         values: dict[int, Any] = {}
         opened: set[int] = set()
@@ -255,7 +350,7 @@ class Substitutes:
             good = np.flatnonzero(~flags)
             rows = reader.rows(a + good, peeked)
             src = np.searchsorted(good, src).astype(np.int64)
-        batch = (collate or collate_samples)(samples) if as_sample else take_rows(rows, src)
+        batch = (collate or collate_samples)(samples) if as_sample else repeat_rows(rows, src)
         batch = await reader.finish(batch)
         return Substituted(batch, tuple(bad[i] for i in sorted(bad)))
 
