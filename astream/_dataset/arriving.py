@@ -287,14 +287,23 @@ class ArrivingShards:
 
         Raises:
             ServedSamplesError: a span differs (or the file cannot be read back).
+            FileNotFoundError: the installed file is gone (removed by someone else); nothing
+                is forgotten, so a check of the file fetched again can follow.
         """
+        try:
+            fd = os.open(path, os.O_RDONLY) if self._served.get(shard) else -1
+        except FileNotFoundError:
+            raise  # (kept as it is: the caller has the shard fetched again, and checks that file)
+        except OSError:
+            fd = -2
         served = self._served.pop(shard, {})
         self._blocks.pop(shard, None)
         try:
             if not served:
                 return
             try:
-                fd = os.open(path, os.O_RDONLY)
+                if fd == -2:
+                    fd = os.open(path, os.O_RDONLY)  # (raises its error again, to say it)
             except OSError as exc:
                 raise ServedSamplesError(
                     f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "

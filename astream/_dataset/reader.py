@@ -55,7 +55,7 @@ from astream._format.record import RecordLayout
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
-from astream.errors import AstreamError, ServedSamplesError
+from astream.errors import AstreamError, ServedSamplesError, ShardFormatError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -68,6 +68,9 @@ StartAt = Callable[[], Awaitable[int]]
 
 # Samples per chunk of direct iteration (``for sample in ds``).
 CHUNK = 64
+
+
+_REFETCHES = 3  # reads of a batch whose shard files vanished from the cache, after the first
 
 
 class EpochReader(AsyncResource):
@@ -441,7 +444,16 @@ class EpochReader(AsyncResource):
             if arriving is not None:
                 arriving.forget(shard)
             raise
-        await asyncio.to_thread(verify, path)
+        try:
+            await asyncio.to_thread(verify, path)
+        except FileNotFoundError:  # removed since it was installed: the served bytes against the new copy
+            again = await self._node.refetch(self._key(lease))
+            try:
+                await asyncio.to_thread(verify, again)
+            except FileNotFoundError as exc:
+                raise ServedSamplesError(f"{again}: the shard whose samples were served early keeps vanishing "
+                                         "from the cache; those samples are unchecked: restart the epoch from its "
+                                         "last state") from exc
 
     def _check_done(self, lease: int, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is None:
@@ -633,6 +645,26 @@ class EpochReader(AsyncResource):
                                                                          self._batch_transform, batch)
         return batch
 
+    async def _read(self, read: Callable[..., Awaitable[Any]], a: int, b: int, *extra: Any) -> Any:
+        """``read(a, b, peeked, *extra)`` positions ``a:b`` once they are readable (:meth:`_fetch`). A shard file the
+        node gave this reader that cannot be opened any more (removed by a cleaner of the
+        temporary folder, or by hand, after the node installed it) is reported to the node,
+        which looks at the disk, fetches it again if it is gone, and the read is tried again
+        (issue 31, item 2; a few times, for a cleaner that keeps going): the error path only,
+        nothing on the way of a batch."""
+        for attempt in range(_REFETCHES + 1):
+            peeked = await self._fetch(a, b)
+            try:
+                return await read(a, b, peeked, *extra)
+            except ShardFormatError:
+                shards = [int(g) for g in np.unique(self._shard[a:b]) if int(g) in self._paths and int(g) not in peeked]
+                if not shards or attempt == _REFETCHES:
+                    raise
+                for g in shards:
+                    key = shard_key(self._smap.shard_stream[g], self._smap.shard_local[g])
+                    self._paths[g] = await self._node.refetch(key)
+        raise AssertionError("unreachable")
+
     async def batches(
         self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
         served_first: dict[int, int] | None = None,
@@ -664,7 +696,7 @@ class EpochReader(AsyncResource):
         await self._start()
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
+            batch = await self._read(self._batch, a, b, collate, k)  # (batch k of the order)
             if self._ahead is None or not self._ahead.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._advance(b)
@@ -683,7 +715,7 @@ class EpochReader(AsyncResource):
         a, size = 0, 1
         while a < n:
             b = min(a + size, n)
-            out = await self._samples(a, b, await self._fetch(a, b))
+            out = await self._read(self._samples, a, b)
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
             yield out
@@ -699,7 +731,7 @@ class EpochReader(AsyncResource):
         await self._start()
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
-            for sample in await self._samples(a, b, await self._fetch(a, b)):
+            for sample in await self._read(self._samples, a, b):
                 yield sample
             self._pages.touched(self._shard[a:b])
             await self._advance(b)
