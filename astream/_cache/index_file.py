@@ -7,12 +7,15 @@ renamed into place, so a crash never leaves a truncated index that a later run t
 from __future__ import annotations
 
 import asyncio
+import errno
 import os
+import warnings
 
 from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
+from astream.errors import AstreamError, CacheError, CacheWarning, DownloadError
 
 __all__ = ["load_index"]
 
@@ -37,10 +40,16 @@ async def load_index(
         download: fetch the index even when a local copy exists (MosaicML does, so a
             changed remote is noticed); False reuses a local copy if there is one.
 
+    A remote that cannot be read (gone, or this machine offline) while ``local`` holds a
+    copy of its index.json (left by a run of that remote: a folder is the cache of one
+    remote, see :mod:`astream._cache.origin`) reads that copy, with a ``CacheWarning``, as
+    MosaicML does; so does a read-only ``local`` that holds one.
+
     Raises:
         IndexFormatError: the index is malformed.
-        RemoteNotFoundError: the remote has no index.json.
-        DownloadError: it could not be downloaded.
+        RemoteNotFoundError: the remote has no index.json (and ``local`` has no copy).
+        DownloadError: it could not be downloaded (and ``local`` has no copy).
+        CacheError: it cannot be written into ``local`` (full, or read-only without a copy).
     """
     local_root = os.path.join(local, split) if split else local
     local_index = os.path.join(local_root, INDEX_NAME)
@@ -52,13 +61,44 @@ async def load_index(
         )
         have_local = await loop.run_in_executor(None, os.path.exists, local_index)
         if not same and (download or not have_local):
-            # Refused as it arrives past the cap: nothing of it stays in the cache.
-            if storage is not None:
-                await storage.fetch(remote_index, local_index, limit=MAX_INDEX_BYTES)
-            else:
-                async with StoragePool() if pool is None else _borrow(pool) as p:
-                    await p.get(remote_index).fetch(remote_index, local_index, limit=MAX_INDEX_BYTES)
+            try:
+                await _fetch(remote_index, local_index, storage, pool)
+            except DownloadError as exc:
+                if not have_local:
+                    raise
+                # Offline, or the remote is gone: the copy a run of this remote left is read,
+                # as MosaicML reads it (the folder is this remote's: see astream._cache.origin).
+                warnings.warn(f"{remote_index} cannot be read ({exc}); reading the copy of the dataset in "
+                              f"{local_root} instead", CacheWarning, stacklevel=2)
+            except AstreamError:
+                raise
+            except OSError as exc:
+                _local_refused(local_index, have_local, exc)
     return await loop.run_in_executor(None, Index.load, local_index)
+
+
+async def _fetch(url: str, local_index: str, storage: Storage | None, pool: StoragePool | None) -> None:
+    # Refused as it arrives past the cap: nothing of it stays in the cache.
+    if storage is not None:
+        await storage.fetch(url, local_index, limit=MAX_INDEX_BYTES)
+    else:
+        async with StoragePool() if pool is None else _borrow(pool) as p:
+            await p.get(url).fetch(url, local_index, limit=MAX_INDEX_BYTES)
+
+
+def _local_refused(local_index: str, have_local: bool, exc: OSError) -> None:
+    """The index could not be written into ``local`` (issue 32, finding 13): a read-only
+    copy of the dataset is read as it is; anything else is a :class:`CacheError`."""
+    if have_local and exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        return  # a complete read-only copy (its shards are checked against it as ever)
+    where = os.path.dirname(local_index) or "."
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EFBIG):
+        fix = "free some space there (or a quota), or give another local"
+    elif exc.errno in (errno.EROFS, errno.EACCES, errno.EPERM):
+        fix = "it is read-only and holds no index.json: give a local astream may write, or copy the dataset there"
+    else:
+        fix = "give another local"
+    raise CacheError(f"cannot write {local_index}, the index of the cache in {where}: {exc}; {fix}") from exc
 
 
 def _same_file(a: str, b: str) -> bool:
