@@ -14,7 +14,7 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
-from astream._dataset.stats import Stats
+from astream._dataset.observe.stats import Stats
 from astream._dataset.stream import Stream
 from astream._storage.registry import register as register_storage
 from astream.errors import AstreamError

@@ -40,6 +40,7 @@ builtin exception describes the same failure, the astream class inherits it too,
     ├── StateError (ValueError)             a resumption state does not fit this dataset/world
     │   └── SourceChangedError              a source file (Parquet) changed since its index was built
     ├── TransformError                      a transform or a subclass's __getitem__ raised on a sample
+    ├── BadDataError (ValueError)           on_bad_sample="skip" met more bad samples than max_bad_samples
     └── WorkerError (RuntimeError)          a loader worker died or raised
 
     CacheWarning (UserWarning)              the cache works, but will mostly re-download
@@ -54,6 +55,7 @@ __all__ = [
     "AccessDeniedError",
     "AgentLost",
     "AstreamError",
+    "BadDataError",
     "BarrierTimeout",
     "CacheError",
     "CacheWarning",
@@ -257,6 +259,21 @@ class LayoutWarning(UserWarning):
 class TransformError(AstreamError):
     """A user's transform (or a subclass's ``__getitem__``/``get_item``) raised on a sample;
     the message names the sample and its shard, the cause is chained."""
+
+
+class BadDataError(AstreamError, ValueError):
+    """More bad samples than ``max_bad_samples`` allows (``on_bad_sample="skip"``).
+
+    Attributes:
+        bad: the first bad samples met, as ``(sample, shard file, reason, cause)`` tuples.
+    """
+
+    def __init__(self, message: str, bad: tuple[tuple[int, str, str, str], ...] = ()) -> None:
+        super().__init__(message)
+        self.bad = bad
+
+    def __reduce__(self) -> tuple[type[BadDataError], tuple[str, tuple[tuple[int, str, str, str], ...]]]:
+        return (type(self), (str(self), self.bad))
 
 
 class WorkerError(AstreamError, RuntimeError):

@@ -16,8 +16,8 @@ local rank). The metric names are in docs/guide/metrics.md and :data:`METRICS`.
 
 from __future__ import annotations
 
-from astream._dataset.metrics import METRICS, Metric
-from astream._dataset.otel import enable_otel
-from astream._dataset.prometheus import enable_prometheus, prometheus_name
+from astream._dataset.observe.metrics import METRICS, Metric
+from astream._dataset.observe.otel import enable_otel
+from astream._dataset.observe.prometheus import enable_prometheus, prometheus_name
 
 __all__ = ["METRICS", "Metric", "enable_otel", "enable_prometheus", "prometheus_name"]

@@ -16,6 +16,7 @@ LAYERS = [
     ("_storage",),
     ("_cache",),
     ("_coord",),
+    ("_node",),
     ("_sampling", "sampling"),
     ("_dataset", "testing", "metrics"),
     ("adapters",),

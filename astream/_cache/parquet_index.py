@@ -7,7 +7,7 @@ each file's footer with ranged reads of its end (its size first, so no suffix ra
 ever asked for). Footers already in the local cache's copy are reused when the file's
 size and etag are unchanged. The row-group index built from the footers is written to
 the local cache as ``index.json``, as an MDS stream's is (the node agent is handed the
-dataset's parsed index instead, see :mod:`astream._dataset.provider`).
+dataset's parsed index instead, see :mod:`astream._node.provider`).
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ cache, which stays there as the cached tar when the cache has no ``cache_limit``
 is then fetched once) and is removed otherwise. Scans already in the local cache's copy are reused
 while a tar's size and etag are unchanged. The index is written to the local cache as
 ``index.json``, as an MDS stream's is (the node agent is handed the
-dataset's parsed index instead, see :mod:`astream._dataset.provider`).
+dataset's parsed index instead, see :mod:`astream._node.provider`).
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ r"""Per-node coordination over a Unix socket (DESIGN.md, layer 5).
   shards, meets at barriers (``barrier``) and agrees on the epoch (``begin_epoch``).
 - :class:`ShardProvider` — the seam to the node's shard cache, built in the agent's
   process by a picklable :data:`ProviderFactory` (the package's is the shard engine's
-  ``astream._dataset.provider.CacheProvider``).
+  ``astream._node.provider.CacheProvider``).
 - :class:`CoordConfig` — every timeout and limit of the above.
 
 How a dataset process (a rank, or one of its loader workers) joins its node::

@@ -2,7 +2,7 @@
 
 The agent owns *who* wants a shard (deduplication, waiters, pins, barriers); a provider
 owns *how* a shard gets into the node's local cache. The package has one:
-:class:`astream._dataset.provider.CacheProvider`, the shard engine of layer 4 (tests of
+:class:`astream._node.provider.CacheProvider`, the shard engine of layer 4 (tests of
 this layer use a small whole-file fetcher of their own, ``tests/coord/simple_provider.py``).
 
 A provider lives in the agent's process and event loop. The agent builds it there by

@@ -3,7 +3,7 @@
 Every process of a node that reads the same dataset through the same local cache for the
 same run derives the same address from ``(realpath(local), run_id, uid, view)``, where the
 view is the dataset's identity (its indexes, splits, columns and cache settings, see
-``astream._dataset.provider.view_of``): two datasets of one job on one ``local`` (a train
+``astream._node.provider.view_of``): two datasets of one job on one ``local`` (a train
 and a val split, say) meet at two agents and never share one's books (issue 32, finding 1):
 
 - on Linux, a name in the abstract socket namespace (``\\0astream-<hash>``): nothing on

@@ -15,9 +15,9 @@ one take already and is read as it is.
 What may be decoded ahead is the reader's call (:class:`~astream._dataset.reader.EpochReader`):
 only positions whose shards are held by leases that are ready now, never with a bounded
 cache (a bounded reader pins only its current batch), only for records of
-:data:`SMALL_RECORD` bytes or less on average (for larger ones a shard's fixed cost is
+``small_record`` bytes or less on average (for larger ones a shard's fixed cost is
 already small against the copy), and only while the window's records fit
-:data:`AHEAD_BYTES`.
+``ahead_bytes`` (tuning.py).
 
 Only columns that decode cheaply are decoded ahead (numbers, arrays, ``bytes``, ``str``
 and the ``str_*`` numbers; not images, JSON or pickles, whose decoding dwarfs a shard's
@@ -40,6 +40,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
+from astream._dataset import tuning
 from astream._format.encodings.ndarray import NDArrayEncoding
 from astream._format.encodings.scalars import (
     BytesEncoding,
@@ -53,18 +54,10 @@ from astream._format.kinds import SampleSource, ShardLayout
 from astream._format.record import RecordLayout
 from astream._format.shard import decode_rows
 
-__all__ = ["AHEAD_BYTES", "FIRST_BATCHES", "SMALL_RECORD", "DecodedAhead", "decode_ahead", "same_mds_columns"]
+__all__ = ["DecodedAhead", "decode_ahead", "same_mds_columns"]
 
 Int64Array = npt.NDArray[np.int64]
 
-# Records (by their shards' mean size) decoded ahead at most: 4,096 records of 1 KB.
-AHEAD_BYTES = 4 << 20
-# Records larger than this on average are not decoded ahead: beside 32 of them a shard's
-# fixed cost is small, and their decoded values (images) may be many times their size.
-SMALL_RECORD = 4096
-# Batches in a reader's first window; each later one doubles, up to the byte budget, so
-# the first shuffled batch does not wait for a hundred more to be decoded.
-FIRST_BATCHES = 4
 
 
 class DecodedAhead:
@@ -159,8 +152,8 @@ def decode_ahead(
         scratch = None if done is None else done.scratch
         if scratch is None or scratch.size < n * layout.fixed_size:
             # Sized for the largest window at once (pages are only touched as rows land in
-            # them): windows grow from FIRST_BATCHES, and each larger buffer would fault anew.
-            scratch = np.empty(max(n * layout.fixed_size, AHEAD_BYTES), np.uint8)
+            # them): windows grow from ``first_batches``, and each larger buffer would fault anew.
+            scratch = np.empty(max(n * layout.fixed_size, tuning.READ_AHEAD.ahead_bytes), np.uint8)
         rows = take_rows(sources, parts, layout, scratch)
         return DecodedAhead(start, start + n, rows=(layout, rows, at, offsets, where), scratch=scratch)
     if len(sources) == 1:  # (an unshuffled window: its records in order, nothing to put back)

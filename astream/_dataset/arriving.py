@@ -48,6 +48,7 @@ import xxhash
 
 from astream._arrays import sorted_unique
 from astream._cache.install import find_temporary
+from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import PeekedRecords, Span, check_head, coalesce, small_shard
 from astream._format.record import RecordLayout
@@ -58,16 +59,8 @@ __all__ = ["ArrivingShards"]
 
 Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
-# How often a reader waiting for more bytes of an arriving shard looks at its file.
-POLL_S = 0.004
-# How long a reader waits for a shard to land before it reads its arriving file instead.
-GRACE_S = 0.03
 # The digest of a span not hashed when served: the file it was read from is compared.
 _FROM_SOURCE = -1
-# Bytes of arrived records read at once (and kept for the batches after the one asking).
-_BLOCK = 2 << 20
-# ... and at least this much (or an eighth of the shard, or its rest) before a batch is served early.
-_MIN_BLOCK = 1 << 20
 
 
 
@@ -215,11 +208,11 @@ class ArrivingShards:
         if int(head[last_wanted + 1]) > size:
             return None
         # Records arrived in full: [0, arrived). Read a run of them from the first one
-        # wanted, up to _BLOCK bytes, and keep it for the next batches: a batch costs a
+        # wanted, up to ``arriving_block`` bytes, and keep it for the next batches: a batch costs a
         # lookup, not a read and a small shard of its own (a sequential epoch reads on).
         arrived = int(np.searchsorted(head, size, side="right")) - 1
-        upto = min(arrived, int(np.searchsorted(head, head[first_wanted] + _BLOCK, side="right")) - 1)
-        floor = min(_MIN_BLOCK, int(head[-1]) // 8, int(head[-1] - head[first_wanted]))
+        upto = min(arrived, int(np.searchsorted(head, head[first_wanted]  + tuning.READ_AHEAD.arriving_block, side="right")) - 1)
+        floor = min(tuning.READ_AHEAD.arriving_min_block, int(head[-1]) // 8, int(head[-1] - head[first_wanted]))
         if int(head[upto] - head[first_wanted]) < floor:
             # Wait for a little more: building a small shard costs ~0.3 ms, so one per
             # batch of small records would cost more than the wait it saves.

@@ -19,10 +19,18 @@ from astream._checks import check_choice, check_int, check_optional_int, check_s
 from astream._coord.config import CoordConfig
 from astream._coord.rendezvous import resolve_run_id
 from astream._coord.world import World, detect_world
-from astream._dataset.provider import CacheProviderFactory, EngineSpec
+from astream._dataset.mixture import (
+    WEIGHTS,
+    MixtureEntry,
+    MixtureHistory,
+    StreamEntry,
+    place_digest,
+    stream_key,
+)
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index, ShardInfo
+from astream._node.provider import CacheProviderFactory, EngineSpec
 from astream._sampling.defaults import (
     BATCHING_METHODS,
     PARTITION_ALGOS,
@@ -32,12 +40,15 @@ from astream._sampling.defaults import (
 )
 from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
+from astream._sampling.remix import Mixture, mixed_plan
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.registry import configure
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
 
 __all__ = ["DatasetConfig"]
+
+MIXTURE_CHANGES = ("raise", "continue")
 
 log = logging.getLogger("astream.coord")
 _logged: set[tuple[World, str, str, str]] = set()
@@ -74,6 +85,7 @@ class DatasetConfig:
     coord: CoordConfig | None
     transform: Callable[[Any], Any] | None = None
     storage_options: RemoteConfig = EMPTY
+    on_mixture_change: str = "raise"
 
     @classmethod
     def build(
@@ -87,7 +99,7 @@ class DatasetConfig:
         coord: CoordConfig | None, transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
-        stream_config: Mapping[str, Any] | None = None,
+        stream_config: Mapping[str, Any] | None = None, on_mixture_change: str = "raise",
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -129,6 +141,10 @@ class DatasetConfig:
         size = None if epoch_size is None else parse_count(epoch_size, "epoch_size")
         if size is not None and any(s.repeat is not None or s.choose is not None for s in inherited):
             raise ConfigError("epoch_size cannot be combined with streams that set repeat or choose")
+        on_change = check_choice("on_mixture_change", on_mixture_change, MIXTURE_CHANGES)
+        if on_change == "continue" and batching_method != "random":
+            raise ConfigError(f"on_mixture_change='continue' plans the rest of a changed epoch for "
+                              f"batching_method='random' only, not {batching_method!r}")
         unique_world, world_source = (world, "world=") if world is not None else detect_world()
         run, run_source = resolve_run_id(run_id, unique_world.ranks_per_node)
         _log_once(unique_world, world_source, run, run_source)
@@ -158,27 +174,46 @@ class DatasetConfig:
             world=_parallel_world(unique_world, replicas),
             run_id=run,
             coord=coord, transform=_check_transform(transform), storage_options=options,
+            on_mixture_change=on_change,
         )
 
     def epoch_plan(
         self, shard_sizes: Sequence[Any], *, num_canonical_nodes: int | None, shuffle_seed: int,
         initial_physical_nodes: int | None, epoch: int, sample_in_epoch: int, workers_per_rank: int,
-        batch_size: int,
+        batch_size: int, history: Sequence[Mixture] | None = None,
     ) -> EpochPlan:
-        """The plan of one epoch for these parameters and the run values given."""
+        """The plan of one epoch for these parameters and the run values given; with the
+        ``history`` of an epoch whose mixture changed, of its current segment (see remix.py)."""
+        options = PlanOptions(
+            batch_size=batch_size, shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
+            num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
+            partition_algo=self.partition_algo, num_physical_nodes=self.world.num_nodes,
+            ranks_per_node=self.world.ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
+            sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
+            epoch_size=self.epoch_size, sampling_method=self.sampling_method,
+            sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
+        )
+        if history:
+            return mixed_plan(history, options)
         return EpochPlan.of(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
-             for s, sizes in zip(self.streams, shard_sizes, strict=True)],
-            PlanOptions(
-                batch_size=batch_size, shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
-                num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
-                partition_algo=self.partition_algo, num_physical_nodes=self.world.num_nodes,
-                ranks_per_node=self.world.ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
-                sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
-                epoch_size=self.epoch_size, sampling_method=self.sampling_method,
-                sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
-            ),
-        )
+             for s, sizes in zip(self.streams, shard_sizes, strict=True)], options)
+
+    def mixture(self, indexes: Sequence[Index]) -> MixtureHistory:
+        """This dataset's mixture as a state records it (one mixture, from sample 0)."""
+        streams: dict[str, StreamEntry] = {}
+        weights = []
+        for s, index in zip(self.streams, indexes, strict=True):
+            key = base = stream_key([_shard_identity(sh) for sh in index.shards])
+            while key in streams:  # the same shards twice: each occurrence its own stream
+                key = f"{base}#{len(streams)}"
+            where = s.remote or s.local_dir
+            streams[key] = StreamEntry(key, place_digest(where, s.split), tuple(sh.samples for sh in index.shards),
+                                       name=f"{where}{'/' + s.split if s.split else ''}")
+            kind = next((w for w in WEIGHTS if getattr(s, w) is not None), None)
+            weights.append((kind, None if kind is None else getattr(s, kind)))
+        entry = MixtureEntry(tuple(streams), tuple(weights), self.epoch_size, 0)
+        return MixtureHistory(streams, (entry,))
 
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""

@@ -30,22 +30,23 @@ from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
-from astream._dataset.cache_room import check_cache_floor, check_dataset_cache
+from astream._dataset.cache_fit import check_dataset_cache, check_dataset_floor
 from astream._dataset.config import DatasetConfig
 from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
+from astream._dataset.mixture import mixture_report
+from astream._dataset.observe.stats import Stats
 from astream._dataset.preopen import preopen
-from astream._dataset.provider import shard_key
 from astream._dataset.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
-from astream._dataset.stats import Stats
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
+from astream._node.provider import shard_key
 from astream._sampling.order import first_batch, worker_batches
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
@@ -100,6 +101,10 @@ class StreamingDataset(RandomAccess):
             ``"stream"``, is taken (astream has no registry: see docs/migration.md).
         stream_config: more keywords of the stream made from ``remote``/``local``: its
             weight (``proportion``, ``repeat`` or ``choose``), as in MosaicML.
+        on_mixture_change: what ``load_state_dict`` does with a state saved under other
+            streams, weights or ``epoch_size``: ``"raise"`` (a :class:`StateError`) or
+            ``"continue"``: the rest of the epoch follows this mixture, never repeating what
+            the epoch delivered (docs/guide/mixture-changes.md).
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -119,13 +124,13 @@ class StreamingDataset(RandomAccess):
         transform: Callable[[Any], Any] | None = None,
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
-        stream_config: Mapping[str, Any] | None = None,
+        stream_config: Mapping[str, Any] | None = None, on_mixture_change: str = "raise",
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
-        check_cache_floor(self.config, self.indexes)  # (before the node agent could refuse it)
+        check_dataset_floor(self.config, self.indexes)  # (before the node agent could refuse it)
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
-        self.run = RunState(self.config, self.config.fingerprint(self.indexes))
+        self.run = RunState(self.config, self.config.fingerprint(self.indexes), self.config.mixture(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         weights = self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1).weights  # (validates the config)
         self._weights = tuple(zip(weights.proportion.tolist(), weights.repeat.tolist(), weights.choose.tolist(),
@@ -223,11 +228,13 @@ class StreamingDataset(RandomAccess):
         cfg, run = self.config, self.run
         ncn = run.ncn if run.ncn is not None else cfg.num_canonical_nodes
         size = cfg.batch_size or batch_size or 1
-        key = (epoch, sample_in_epoch, workers_per_rank, size, ncn, run.seed, run.initial_physical_nodes)
+        history = run.history_of(epoch, sample_in_epoch)  # an epoch whose mixture changed: its current segment's plan
+        key = (epoch, sample_in_epoch, workers_per_rank, size, ncn, run.seed, run.initial_physical_nodes,
+               history and history[1])
         return self.session.plan(key, lambda: cfg.epoch_plan(
             self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
             initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            workers_per_rank=workers_per_rank, batch_size=size,
+            workers_per_rank=workers_per_rank, batch_size=size, history=history and history[0],
         ))
 
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
@@ -236,7 +243,16 @@ class StreamingDataset(RandomAccess):
 
     async def astats(self) -> Stats:
         """The node's cache figures now (see :class:`astream.Stats`)."""
-        return Stats.of(await (await self.node()).stats())
+        return Stats.of(await (await self.node()).stats(), mixture=self.mixture_report())
+
+    def mixture_report(self) -> dict[str, Any]:
+        """The change of mixture this epoch goes on under (``Stats.mixture``), or ``{}``."""
+        run = self.run
+        if run.history is None:
+            return {}
+        start = run.history.mixtures[-1].start
+        plan = self.plan(epoch=run.history_epoch, sample_in_epoch=start, workers_per_rank=1)
+        return mixture_report(run.history, plan, run.history_epoch)
 
     def stats(self) -> Stats:
         return portal().call(self.astats())

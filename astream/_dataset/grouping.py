@@ -3,7 +3,7 @@
 A shuffled batch of 32 small records spans several shards; reading it means one take
 per shard, which needs the batch's positions grouped by shard. Grouping per batch (a
 sort, a split, a fancy index per group) cost as much as reading the records. Here one
-stable sort orders :data:`WINDOW` batches' positions by (batch, shard) together, and a
+stable sort orders ``window`` (tuning.py) batches' positions by (batch, shard) together, and a
 batch's groups are then slices of the sorted positions and of their offsets: views,
 no per-batch sort. Memory: three arrays of a window's positions, not the epoch's.
 """
@@ -15,11 +15,12 @@ import itertools
 import numpy as np
 import numpy.typing as npt
 
-__all__ = ["WINDOW", "BatchGroups"]
+from astream._dataset import tuning
+
+__all__ = ["BatchGroups"]
 
 Int64Array = npt.NDArray[np.int64]
 
-WINDOW = 256  # batches grouped together
 
 
 class BatchGroups:
@@ -38,8 +39,8 @@ class BatchGroups:
 
     def groups(self, k: int) -> tuple[list[int], list[Int64Array], list[Int64Array]]:
         """Batch ``k``: its shards (ascending), each one's positions in the batch, and their offsets."""
-        if not self._first <= k < self._first + WINDOW or self._first < 0:
-            self._group(k - k % WINDOW)
+        if not self._first <= k < self._first + tuning.READ_AHEAD.window or self._first < 0:
+            self._group(k - k % tuning.READ_AHEAD.window)
         j = k - self._first
         lo, hi = self._batch_edges[j], self._batch_edges[j + 1]
         edges = self._edges[lo : hi + 1]
@@ -50,7 +51,7 @@ class BatchGroups:
         return shards, positions, offsets
 
     def _group(self, first: int) -> None:
-        last = min(first + WINDOW, len(self._bounds) - 1)
+        last = min(first + tuning.READ_AHEAD.window, len(self._bounds) - 1)
         a, b = int(self._bounds[first]), int(self._bounds[last])
         sizes = np.diff(self._bounds[first : last + 1])
         batch = np.repeat(np.arange(last - first, dtype=np.int64), sizes)

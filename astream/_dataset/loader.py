@@ -17,40 +17,36 @@ import sys
 import threading
 import time
 import weakref
-from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
 
-from astream._checks import check_int
-from astream._dataset.autowatch import CostWatch
-from astream._dataset.autoworkers import WorkerChoice
 from astream._dataset.bridge import SyncIterator
-from astream._dataset.crew import Crew
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
-from astream._dataset.metrics import register as register_metrics
-from astream._dataset.progress import ProgressBar
-from astream._dataset.prometheus import enable_from_env as enable_prometheus_from_env
-from astream._dataset.reader import StartAt
+from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
+from astream._dataset.observe.metrics import register as register_metrics
+from astream._dataset.observe.progress import ProgressBar
+from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
+from astream._dataset.observe.stats import ConsumerCounters, Stats
+from astream._dataset.observe.timings import STAGES
+from astream._dataset.reader import EpochReader, StartAt
 from astream._dataset.runtime import portal
 from astream._dataset.samples import apply_batch_transform
-from astream._dataset.startup import WorkerStart, decide_start, prestart, process_context
-from astream._dataset.stats import ConsumerCounters, Stats
-from astream._dataset.timings import STAGES
-from astream._dataset.workers import WORKER_MODES, WorkerPool
+from astream._dataset.workers.autowatch import CostWatch
+from astream._dataset.workers.autoworkers import WorkerChoice
+from astream._dataset.workers.crew import Crew
+from astream._dataset.workers.pool import WorkerPool
+from astream._dataset.workers.startup import WorkerStart, decide_start, prestart, process_context
 from astream._sampling.order import batch_counts, rank_batches, round_robin
 from astream._storage.loop import new_event_loop
 from astream.errors import ConfigError
 
 __all__ = ["Loader"]
-
-Collate = Callable[[list[dict[str, Any]]], Any]
-BatchTransform = Callable[[Any], Any]
-
 
 def batch_length(batch: Any) -> int:
     """Samples in a batch: a dict's first column, a sequence, or an array's first axis."""
@@ -75,12 +71,7 @@ class _EpochJob:
     dataset: StreamingDataset
     epoch: int
     offset: int
-    num_workers: int
-    batch_size: int
-    drop_last: bool
-    collate_fn: Collate | None
-    batch_transform: BatchTransform | None
-    copy_dataset: bool
+    config: LoaderConfig
     # While worker processes start, the consumer reads their first batches itself (see
     # WorkerPool): the first batch no longer waits for interpreters to boot.
     stand_in: ClassVar[bool] = True
@@ -89,19 +80,25 @@ class _EpochJob:
     async def open(self, worker_id: int, start_at: StartAt | None = None) -> AsyncIterator[AsyncIterator[Any]]:
         # Thread workers share the process: each gets its own copy of the dataset so open
         # shards and node clients are never shared between event loops.
-        ds = _thread_copy(self.dataset) if self.copy_dataset else self.dataset
+        ds = self.dataset if self.config.processes else _thread_copy(self.dataset)
         try:
-            async with ds.open_epoch_reader(
-                self.epoch, self.offset, worker=worker_id, workers_per_rank=self.num_workers,
-                batch_size=self.batch_size, drop_last=self.drop_last, batch_transform=self.batch_transform,
-            ) as reader:
-                yield reader.batches(self.collate_fn, start_at=start_at)
+            async with _open_reader(ds, self.epoch, self.offset, worker_id, self.config) as reader:
+                yield reader.batches(self.config.collate_fn, start_at=start_at)
         finally:
             await ds.aclose()
             # This worker's dataset is its own (a thread's copy, or unpickled with the job by
             # a stand-in or a worker process): its shard maps hold file descriptors, which
             # must not wait for the garbage collector (an epoch would leak dozens).
             ds.session.shards.close()
+
+
+def _open_reader(
+    ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig
+) -> AbstractAsyncContextManager[EpochReader]:
+    """The reader of one of the loader's readers (a worker's, or the process's own)."""
+    return ds.open_epoch_reader(epoch, offset, worker=worker, workers_per_rank=config.readers,
+                                batch_size=config.batch_size, drop_last=config.drop_last,
+                                batch_transform=config.batch_transform)
 
 
 class Loader:
@@ -113,7 +110,7 @@ class Loader:
         num_workers: worker processes (or threads) reading in parallel; 0 reads in the
             iterating process; ``"auto"``: the first epoch without workers, then the
             count chosen from the cores and what its first batches cost
-            (:mod:`astream._dataset.autoworkers` has the rule; ``worker_choice`` shows
+            (:mod:`astream._dataset.workers.autoworkers` has the rule; ``worker_choice`` shows
             it once made; ``len(loader)`` follows the count). A worker process's large arrays (64 KiB and more) reach
             the loop as views of shared memory the worker reuses only once every array
             of that batch is gone: a batch stays valid (and writable) as long as it is
@@ -153,63 +150,32 @@ class Loader:
     ) -> None:
         if not isinstance(dataset, StreamingDataset):
             raise ConfigError(f"Loader needs an astream StreamingDataset, got {type(dataset).__name__}")
-        size = batch_size if batch_size is not None else dataset.batch_size
-        if size is None or isinstance(size, bool) or not isinstance(size, int) or size < 1:
-            raise ConfigError(
-                f"batch_size must be an int >= 1 (here or on the dataset), got {size!r}"
-            )
-        if dataset.batch_size is not None and size != dataset.batch_size:
-            # The epoch plan deals samples in per-device batches of the dataset's batch_size;
-            # batches of another size would not line up with it, and a saved state would
-            # resume at the wrong place.
-            raise ConfigError(
-                f"Loader batch_size={size} differs from the dataset's batch_size={dataset.batch_size}; "
-                "leave one of them unset or make them equal"
-            )
-        self._watch: CostWatch | None = None  # num_workers="auto": the first epoch's costs
+        config = LoaderConfig.of(dataset.batch_size, batch_size, num_workers, collate_fn, drop_last,
+                                 prefetch_batches, worker_mode, batch_transform, persistent_workers, progress)
+        self.config = config
+        self._watch: CostWatch | None = CostWatch() if config.auto_workers else None  # "auto": the first epoch's costs
         self._choice: WorkerChoice | None = None
         self._auto_blocked: str | None = None  # why "auto" may not choose workers here
-        if num_workers == "auto":
-            self._watch = CostWatch()
-            num_workers = 0
-        elif isinstance(num_workers, str):
-            raise ConfigError(f"num_workers must be an int >= 0 or 'auto', got {num_workers!r}")
-        num_workers = check_int("num_workers", num_workers, 0)
-        prefetch_batches = check_int("prefetch_batches", prefetch_batches, 1)
-        if worker_mode not in WORKER_MODES:
-            raise ConfigError(f"worker_mode={worker_mode!r} is not one of {', '.join(WORKER_MODES)}")
-        if collate_fn is not None and not callable(collate_fn):
-            raise ConfigError("collate_fn must be callable")
-        if batch_transform is not None and not callable(batch_transform):
-            raise ConfigError("batch_transform must be a function of one batch")
         self._worker_start = WorkerStart()
         self._crew: Crew | None = None
         self._prestart: threading.Timer | None = None
-        if num_workers > 0 and worker_mode == "process":
+        if config.num_workers > 0 and config.processes:
             # Decided here, where the caller's frames are on the stack (iteration runs on
             # astream's loop thread): a script without a main guard (startup.py).
-            parts = _pickled_for_workers(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
+            parts = _pickled_for_workers(dataset, collate_fn=config.collate_fn,
+                                         batch_transform=config.batch_transform)
             self._worker_start = decide_start(parts, sys._getframe(1))
-        elif self._watch is not None and worker_mode == "process":
+        elif self._watch is not None and config.processes:
             # The same checks for the workers "auto" may choose: what fails them keeps it at 0.
             try:
-                parts = _pickled_for_workers(dataset, collate_fn=collate_fn, batch_transform=batch_transform)
+                parts = _pickled_for_workers(dataset, collate_fn=config.collate_fn,
+                                         batch_transform=config.batch_transform)
                 self._worker_start = decide_start(parts, sys._getframe(1))
             except ConfigError as exc:
                 self._auto_blocked = str(exc).split("\n")[0]
         self.dataset = dataset
-        self.batch_size = size
-        self.num_workers = num_workers
-        self.collate_fn = collate_fn
-        self.drop_last = bool(drop_last)
-        self.prefetch_batches = prefetch_batches
-        self.worker_mode = worker_mode
-        self.batch_transform = batch_transform
         self.num_samples_yielded = 0
         self._consumer = ConsumerCounters()  # over the loader's life, all epochs
-        if not isinstance(progress, bool):
-            raise ConfigError(f"progress must be True or False, got {progress!r}")
-        self.progress = progress
         self._bar: ProgressBar | None = None
         self._epoch_samples: int | None = None  # this iteration's, for the bar
         register_metrics(self)  # a weak reference, read only by an exporter someone enabled
@@ -217,21 +183,63 @@ class Loader:
         # Iterations in progress, for close(); an abandoned one drops out when collected.
         self._open_sync: weakref.WeakSet[SyncIterator[Any]] = weakref.WeakSet()
         self._open_async_iterations: weakref.WeakSet[ManagedAsyncIterator[Any]] = weakref.WeakSet()
-        if num_workers > 0 and worker_mode == "process":
+        if config.num_workers > 0 and config.processes:
             # Join the node now, in the background (the agent starts if this is the first
             # process there: a process of its own when several ranks share the node), so
             # that it happens while the caller builds the model instead of before the
             # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
             self._prestart = prestart(process_context(_EpochJob.__module__, self._worker_start))
-        if (num_workers > 0 or self._watch is not None) and worker_mode == "process" and persistent_workers:
+        if (config.num_workers > 0 or self._watch is not None) and config.processes and config.persistent_workers:
             self._crew = Crew()
             # The processes and their pipes go with the loader at the latest, never
             # with the collection of their objects.
             weakref.finalize(self, self._crew.close)
         # The first batches of this loader's readers start downloading now, while the
         # caller builds its model (a hint: see astream._dataset.warmup).
-        dataset.warm_up(max(1, num_workers), size, self.drop_last)
+        dataset.warm_up(config.readers, config.batch_size, config.drop_last)
+
+    # -- the configuration, as attributes (read-only: the config is frozen) ------------------
+
+    @property
+    def batch_size(self) -> int:
+        """Samples per batch."""
+        return self.config.batch_size
+
+    @property
+    def num_workers(self) -> int:
+        """Worker count of the next epoch (``"auto"``: 0 until it chose)."""
+        return self.config.num_workers
+
+    @property
+    def collate_fn(self) -> Collate | None:
+        """The function turning a list of samples into a batch, if any."""
+        return self.config.collate_fn
+
+    @property
+    def drop_last(self) -> bool:
+        """Whether each worker's last, incomplete batch is dropped."""
+        return self.config.drop_last
+
+    @property
+    def prefetch_batches(self) -> int:
+        """Batches each worker (or the reader) keeps ready ahead, at least."""
+        return self.config.prefetch_batches
+
+    @property
+    def worker_mode(self) -> str:
+        """``"process"`` or ``"thread"``."""
+        return self.config.worker_mode
+
+    @property
+    def batch_transform(self) -> BatchTransform | None:
+        """Applied to each collated batch, in the worker that made it."""
+        return self.config.batch_transform
+
+    @property
+    def progress(self) -> bool:
+        """Whether a progress bar shows each iteration."""
+        return self.config.progress
 
     # -- the async core ----------------------------------------------------------------------
 
@@ -246,7 +254,7 @@ class Loader:
         if watch is None or self._choice is not None or not watch.ready():
             return
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
-        self.num_workers = self._choice.workers
+        self.config = self.config.with_workers(self._choice.workers)
 
     def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
         # Counted as it is handed over, i.e. what the training loop received.
@@ -291,26 +299,25 @@ class Loader:
         self._choose_workers()  # before the epoch begins: the count is the epoch's
         ds = self.dataset
         node = await ds.node()
-        epoch, offset = await ds.begin_epoch(node, readers_per_rank=max(1, self.num_workers))
+        config = self.config
+        epoch, offset = await ds.begin_epoch(node, readers_per_rank=config.readers)
         if served is None:
             self.num_samples_yielded = 0
         else:
             check_began(served, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
-        if self.num_workers == 0:
-            async with ds.open_epoch_reader(epoch, offset, worker=0, workers_per_rank=1, batch_size=self.batch_size,
-                                            drop_last=self.drop_last, batch_transform=self.batch_transform) as reader:
-                batches = reader.batches(self.collate_fn, served_first=None if served is None else served.digests)
+        if config.num_workers == 0:
+            async with _open_reader(ds, epoch, offset, 0, config) as reader:
+                batches = reader.batches(config.collate_fn, served_first=None if served is None else served.digests)
                 yield self._counted(batches) if count else batches
             return
         assert served is None  # (taken only without workers)
-        job = _EpochJob(ds, epoch, offset, self.num_workers, self.batch_size, self.drop_last,
-                        self.collate_fn, self.batch_transform, copy_dataset=self.worker_mode == "thread")
-        plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=self.num_workers,
-                       batch_size=self.batch_size)
-        schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last))
-        async with WorkerPool(job, self.num_workers, self.worker_mode, self.prefetch_batches,
+        job = _EpochJob(ds, epoch, offset, config)
+        plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=config.num_workers,
+                       batch_size=config.batch_size)
+        schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=config.drop_last))
+        async with WorkerPool(job, config.num_workers, config.worker_mode, config.prefetch_batches,
                               loop_factory=new_event_loop, schedule=schedule.tolist(),
                               start=self._worker_start, crew=self._crew) as pool:
             yield self._counted(pool.batches()) if count else pool.batches()
@@ -396,11 +403,21 @@ class Loader:
             # starting while the stand-ins served it): wait for them (bounded), so figures
             # read after an epoch include all of it. Off the loop: their readers need it.
             await asyncio.to_thread(self._crew.settle)
-        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy())
+        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy(),
+                        self.dataset.mixture_report())
 
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
         return portal().call(self.astats())
+
+    def _own_stats(self) -> Stats:
+        """This loader's figures without the node's (metrics, when the node cannot be asked)."""
+        return Stats.of({}, self._consumer.copy())
+
+    def _metric_place(self) -> tuple[int, int]:
+        """This process's rank and node, as the metrics label them."""
+        world = self.dataset.world
+        return world.rank, world.node
 
     # -- closing -----------------------------------------------------------------------------
 
@@ -462,7 +479,7 @@ class Loader:
         ``dataset.get_batch``.
         """
         ds = self.dataset
-        plan = ds.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=max(1, self.num_workers),
+        plan = ds.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=self.config.readers,
                        batch_size=self.batch_size)
         return rank_batches(plan, ds.world.node, ds.world.local_rank, drop_last=self.drop_last)
 

@@ -40,6 +40,7 @@ import numpy.typing as npt
 import xxhash
 
 from astream._arrays import sorted_unique
+from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
@@ -56,13 +57,6 @@ log = logging.getLogger("astream.peek")
 
 Int64Array = npt.NDArray[np.int64]
 
-# Records closer than this are fetched in one request with the bytes between them.
-_COALESCE = 256 << 10
-# A shard's records read ahead of its download, as a fraction of its bytes.
-_BUDGET = 0.25
-# Bytes read past the offset table in its request, at most, betting the records are there.
-_SPECULATE = 8 << 20
-_SLACK = 64 << 10
 _U32 = np.dtype("<u4")
 
 
@@ -221,10 +215,10 @@ class RemotePeek:
             header.append((0, length, xxhash.xxh3_64_intdigest(prefix[:length])))
         begin, end = head[wanted], head[wanted + 1]
         spent = self._spent.get(shard, 0)
-        if spent and spent + int((end - begin).sum()) > info.raw_data.bytes * _BUDGET:
+        if spent and spent + int((end - begin).sum()) > info.raw_data.bytes * tuning.READ_AHEAD.ranged_budget:
             self._off.add(shard)  # the download is the cheaper way now
             return None
-        # Ranges of records no more than _COALESCE apart, one request each; none for those
+        # Ranges of records no more than ``coalesce_bytes`` apart, one request each; none for those
         # that came with the offset table.
         lo, hi = coalesce(begin, end)
         storage = self._storage(url, shard)
@@ -255,8 +249,8 @@ class RemotePeek:
             raise ShardFormatError(f"{url}: index.json's {samples} samples cannot fit its {size} bytes")
         # The records up to ``last`` at the shard's mean record size, with room for the
         # columns' JSON MosaicML writes after the table and for uneven records.
-        guess = length + _SLACK + int((last + 1) * (size - length) / max(samples, 1) * 1.25)
-        stop = guess if guess - length <= min(_SPECULATE, size * _BUDGET) else length
+        guess = length + tuning.READ_AHEAD.speculate_slack + int((last + 1) * (size - length) / max(samples, 1) * 1.25)
+        stop = guess if guess - length <= min(tuning.READ_AHEAD.speculate_bytes, size * tuning.READ_AHEAD.ranged_budget) else length
         raw = await self._storage(url, shard).read_range(url, 0, stop)
         (n,) = struct.unpack_from("<I", raw, 0)
         head = np.frombuffer(raw, _U32, samples + 1, 4).astype(np.int64)
@@ -281,8 +275,8 @@ class RemotePeek:
 
 def coalesce(begin: Int64Array, end: Int64Array) -> tuple[Int64Array, Int64Array]:
     """Groups ``lo[k]:hi[k]`` of sorted records (byte ranges ``begin:end``) no more than
-    ``_COALESCE`` apart: each group is read with one request (or one ``pread``)."""
-    split = np.flatnonzero(begin[1:] - end[:-1] > _COALESCE) + 1
+    ``coalesce_bytes`` apart: each group is read with one request (or one ``pread``)."""
+    split = np.flatnonzero(begin[1:] - end[:-1] > tuning.READ_AHEAD.coalesce_bytes) + 1
     return np.r_[0, split].astype(np.int64), np.r_[split, len(begin)].astype(np.int64)
 
 

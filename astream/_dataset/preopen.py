@@ -20,8 +20,8 @@ otherwise the offer is dropped and the installed file decoded. Nothing here writ
 cache.
 
 Where it applies: Parquet row groups not in the cache yet, the first ones read, up to
-:data:`PREOPEN_BYTES` in all from a local folder (on a thread of its own: reading the same
-bytes twice costs a page-cache copy) and :data:`PREOPEN_NETWORK_BYTES` from other remotes
+``preopen_bytes`` in all from a local folder (on a thread of its own: reading the same
+bytes twice costs a page-cache copy) and ``preopen_network_bytes`` from other remotes
 (fetched on astream's loop thread with one attempt, decoded on an executor thread). Over a
 network the agent's transfer fetches those bytes again: the budget bounds that (4 MB is
 0.4 s of a 10 MB/s link), and a larger row group is left to the agent. A shuffled first
@@ -41,13 +41,14 @@ from dataclasses import dataclass
 import xxhash
 
 from astream._cache.ranged import copy_ranges_from, fetch_ranges
+from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
-from astream._dataset.provider import parse_key
 from astream._dataset.runtime import portal
 from astream._dataset.shards import Decoded, OpenShards
 from astream._dataset.stream import Stream
 from astream._format.index import ShardInfo
 from astream._format.parquet.reader import ParquetLayout, RowGroupReader
+from astream._node.provider import parse_key
 from astream._storage.base import StorageOptions
 from astream._storage.config import RemoteConfig
 from astream._storage.local import local_path_of
@@ -55,14 +56,10 @@ from astream._storage.registry import StoragePool, configure, join_url, scheme_o
 from astream._storage.retry import RetryPolicy
 from astream._storage.sink import BufferedSink
 
-__all__ = ["PREOPEN_BYTES", "PREOPEN_NETWORK_BYTES", "preopen"]
+__all__ = ["preopen"]
 
 log = logging.getLogger("astream.dataset")
 
-# Bytes of row groups decoded ahead of their install at most, in all (their cached bytes).
-PREOPEN_BYTES = 64 << 20
-# The same over a network, where they are fetched twice (here, and by the node's transfer).
-PREOPEN_NETWORK_BYTES = 4 << 20
 
 
 @dataclass(frozen=True)
@@ -79,15 +76,15 @@ class _Job:
 
 def preopen(keys: list[str], smap: SampleMap, streams: tuple[Stream, ...], shards: OpenShards) -> list[Future[Decoded]]:
     """Offer ``shards`` the row groups among ``keys`` (shard keys, in the order they are read)
-    that apply, the first ones up to :data:`PREOPEN_BYTES` (local folders) and
-    :data:`PREOPEN_NETWORK_BYTES` (other remotes), read and decoded
+    that apply, the first ones up to ``preopen_bytes`` (local folders) and
+    ``preopen_network_bytes`` (other remotes), read and decoded
     one after the other in the background; returns the decodings offered, at once. Offers
     of an earlier call are withdrawn (a state loaded again points elsewhere)."""
     shards.withdraw_offers()
     firsts = _first_global_shards(smap)
     local: list[_Job] = []
     remote: list[_Job] = []
-    budget = {True: PREOPEN_BYTES, False: PREOPEN_NETWORK_BYTES}
+    budget = {True: tuning.READ_AHEAD.preopen_bytes, False: tuning.READ_AHEAD.preopen_network_bytes}
     for key in keys:
         stream, index = parse_key(key)
         s = streams[stream]

@@ -17,7 +17,7 @@ With a bounded cache (``bounded=True``) a reader pins only what its current batc
 (a lease is one run of a shard, requested once the batch it starts in is next), so the
 node's readers can never hold more than one batch each; it tells the node agent its
 shard uses and its position instead, and the node downloads ahead and evicts by next
-use (:mod:`astream._dataset.provider`).
+use (:mod:`astream._node.provider`).
 
 Shards are read through read-only memory maps whose touched pages are handed back as
 the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
@@ -39,19 +39,20 @@ import xxhash
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.ahead import AHEAD_BYTES, FIRST_BATCHES, SMALL_RECORD, DecodedAhead, decode_ahead
-from astream._dataset.arriving import GRACE_S, POLL_S, ArrivingShards
+from astream._dataset import tuning
+from astream._dataset.ahead import DecodedAhead, decode_ahead
+from astream._dataset.arriving import ArrivingShards
 from astream._dataset.collate import collate_samples
-from astream._dataset.grouping import WINDOW, BatchGroups
+from astream._dataset.grouping import BatchGroups
 from astream._dataset.layout import SampleMap
+from astream._dataset.observe.timings import STAGES
 from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.provider import encode_uses, shard_key
 from astream._dataset.samples import SampleSteps, apply_batch_transform
 from astream._dataset.shards import OpenShards, ResidentPages, leases_of
-from astream._dataset.timings import STAGES
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
+from astream._node.provider import encode_uses, shard_key
 from astream._resource import AsyncResource
 from astream._sampling.defaults import lookahead
 from astream._sampling.order import WorkerBatches
@@ -62,7 +63,7 @@ __all__ = ["CHUNK", "EpochReader", "StartAt"]
 Int64Array = npt.NDArray[np.int64]
 
 # Asked once before the first batch is read (a loader worker taking over from its
-# stand-in, see :mod:`astream._dataset.handoff`): how many batches to skip because the
+# stand-in, see :mod:`astream._dataset.workers.handoff`): how many batches to skip because the
 # consumer has them already, or -1 for none at all.
 StartAt = Callable[[], Awaitable[int]]
 
@@ -144,7 +145,7 @@ class EpochReader(AsyncResource):
         # Batches decoded ahead (see astream._dataset.ahead): the current window, the
         # batches the next one may take, and the position before which none is tried.
         self._ahead: DecodedAhead | None = None
-        self._ahead_batches = FIRST_BATCHES
+        self._ahead_batches = tuning.READ_AHEAD.first_batches
         self._ahead_off_until = 0
         self._given_predownload = predownload
         self._predownload = 1
@@ -318,7 +319,7 @@ class EpochReader(AsyncResource):
             # pays only where the wait would be long (a slow link, a shard still decoding,
             # the first batch of an iteration); for a wait of a few milliseconds the copies
             # and the contention with the download cost more than they save.
-            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=GRACE_S)
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=tuning.READ_AHEAD.grace_s)
             pending = self._pending_in(a, b)
         if pending and arriving is not None and (early := self._early(pending, shards, offsets)) is not None:
             self._reading_ahead = False  # the download is flowing: no more ranged reads
@@ -330,7 +331,7 @@ class EpochReader(AsyncResource):
                 return peeked
         self._reading_ahead = False  # from the cache (or the download was first): no more ranged reads
         while pending and arriving is not None:
-            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=POLL_S)
+            await asyncio.wait([self._ready[lease] for lease in pending.values()], timeout=tuning.READ_AHEAD.poll_s)
             pending = self._pending_in(a, b)
             if pending and (early := self._early(pending, shards, offsets)) is not None:
                 return early
@@ -529,7 +530,7 @@ class EpochReader(AsyncResource):
 
         Only positions held by ready leases (never with a bounded cache: its pins cover one
         batch) or by the runs of arriving shards batch ``k`` was served from, records of
-        ``SMALL_RECORD`` bytes or less on average, within ``AHEAD_BYTES``, and at least two
+        ``small_record`` bytes or less on average, within ``ahead_bytes``, and at least two
         batches; else None (batch by batch).
         """
         bounds = self.order.bounds
@@ -544,10 +545,10 @@ class EpochReader(AsyncResource):
         if runs:
             stop = self._in_runs_until(a, stop, want, runs)
         cost = np.cumsum(self._smap.mean_record_bytes[self._shard[a:stop]])
-        if not len(cost) or cost[-1] > SMALL_RECORD * len(cost):
+        if not len(cost) or cost[-1] > tuning.READ_AHEAD.small_record * len(cost):
             self._ahead_off_until = stop  # large records: a shard's fixed cost is small beside them
             return None
-        stop = a + int(np.searchsorted(cost, AHEAD_BYTES, side="right"))
+        stop = a + int(np.searchsorted(cost, tuning.READ_AHEAD.ahead_bytes, side="right"))
         last = int(np.searchsorted(bounds, stop, side="right")) - 1  # the last batch that fits ends there
         if last - k < 2:
             return None
@@ -574,7 +575,7 @@ class EpochReader(AsyncResource):
             return None
         self._pages.touched(self._shard[a:stop])
         self._ahead = ahead
-        self._ahead_batches = min(2 * self._ahead_batches, WINDOW)
+        self._ahead_batches = min(2 * self._ahead_batches, tuning.READ_AHEAD.window)
         return ahead
 
     def _in_runs_until(self, a: int, readable: int, want: int, runs: dict[int, PeekedRecords]) -> int:

@@ -12,9 +12,11 @@ from collections.abc import Callable
 from typing import Any
 
 from astream._dataset.config import DatasetConfig
+from astream._dataset.mixture import MIXTURE_KEY, MixtureHistory, continue_history
 from astream._dataset.state import EpochState
 from astream._sampling.defaults import resolve_num_canonical_nodes
 from astream._sampling.plan import EpochPlan
+from astream._sampling.remix import Mixture
 from astream.errors import ConfigError, StateError
 
 __all__ = ["RunState"]
@@ -26,9 +28,14 @@ PlanAt = Callable[[int, int], EpochPlan]
 class RunState:
     """The run's position and run-wide sampling values, for one dataset."""
 
-    def __init__(self, config: DatasetConfig, fingerprint: str) -> None:
+    def __init__(self, config: DatasetConfig, fingerprint: str, mixture: MixtureHistory) -> None:
         self._config = config
         self.fingerprint = fingerprint
+        self.mixture = mixture  # the dataset's own mixture, as a state records it
+        # An epoch whose mixture changed: its history (the last mixture is the dataset's).
+        self.history: MixtureHistory | None = None
+        self.history_epoch = -1
+        self._history_plan: tuple[tuple[Mixture, ...], str] | None = None
         self.resume: EpochState | None = None
         self.ncn: int | None = None  # fixed at the first iteration, or by a loaded state
         self.seed: int = config.shuffle_seed
@@ -63,7 +70,22 @@ class RunState:
         """The node agreed on ``epoch``: a loaded state of that epoch resumes at its sample."""
         offset = resume.sample_in_epoch if resume is not None and resume.epoch == epoch else 0
         self.epoch, self.offset = epoch, offset
+        if epoch != self.history_epoch:  # another epoch: a plain one of the dataset's mixture
+            self._set_history(None, -1)
         return epoch, offset
+
+    def history_of(self, epoch: int, sample_in_epoch: int) -> tuple[tuple[Mixture, ...], str] | None:
+        """The mixture history of ``epoch`` and its digest, if its mixture changed before
+        ``sample_in_epoch`` (a position before the change asks about the plain epoch: ``len``)."""
+        if epoch != self.history_epoch or self._history_plan is None:
+            return None
+        return self._history_plan if sample_in_epoch >= self._history_plan[0][-1].start else None
+
+    def _set_history(self, history: MixtureHistory | None, epoch: int) -> None:
+        if history is not None and not history.changed:
+            history = None
+        self.history, self.history_epoch = history, epoch if history is not None else -1
+        self._history_plan = None if history is None else (history.plan_history(), history.token())
 
     def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:
         """The state after ``num_samples`` samples (all ranks) of the current epoch."""
@@ -72,8 +94,11 @@ class RunState:
         else:
             epoch, offset = self.epoch, self.offset
         sample = num_samples if from_beginning else offset + num_samples
-        return EpochState(epoch, sample, self.ncn or self._resolved_ncn(), self.seed,
-                          self.initial_physical_nodes or self._config.world.num_nodes, self.fingerprint).to_dict()
+        out = EpochState(epoch, sample, self.ncn or self._resolved_ncn(), self.seed,
+                         self.initial_physical_nodes or self._config.world.num_nodes, self.fingerprint).to_dict()
+        history = self.history if epoch == self.history_epoch and self.history is not None else self.mixture
+        out[MIXTURE_KEY] = history.to_dict()
+        return out
 
     def load(self, obj: Any, plan_at: PlanAt) -> None:
         """Take a state (astream's or MosaicML's) to resume from at the next iteration.
@@ -86,12 +111,14 @@ class RunState:
                 epoch, or a world the state cannot be resumed on.
         """
         state = EpochState.from_dict(obj)
-        state.check_fingerprint(self.fingerprint)
-        saved = (self.ncn, self.seed, self.initial_physical_nodes)
+        history = self._history_after(state, obj)
+        saved = (self.ncn, self.seed, self.initial_physical_nodes, self.history, self.history_epoch)
         self.ncn, self.seed, self.initial_physical_nodes = (state.num_canonical_nodes, state.shuffle_seed,
                                                             state.initial_physical_nodes)
+        self._set_history(history, state.epoch)
         try:
-            epoch_size = plan_at(state.epoch, 0).epoch_size
+            # (a changed epoch's plan checks its position itself: segments, then the partition)
+            epoch_size = plan_at(state.epoch, 0).epoch_size if self.history is None else state.sample_in_epoch
             if state.sample_in_epoch > epoch_size:
                 raise StateError(
                     f"sample_in_epoch={state.sample_in_epoch} is past the end of the epoch ({epoch_size} "
@@ -99,9 +126,44 @@ class RunState:
                 )
             plan_at(state.epoch, state.sample_in_epoch)
         except ConfigError as exc:
-            self.ncn, self.seed, self.initial_physical_nodes = saved
+            self._restore(saved)
             raise StateError(f"cannot resume this state on the current world: {exc}") from exc
         except StateError:
-            self.ncn, self.seed, self.initial_physical_nodes = saved
+            self._restore(saved)
             raise
         self.resume = state
+
+    def _restore(self, saved: tuple[int | None, int, int | None, MixtureHistory | None, int]) -> None:
+        self.ncn, self.seed, self.initial_physical_nodes = saved[:3]
+        self._set_history(saved[3], saved[4])
+
+    def _history_after(self, state: EpochState, obj: Any) -> MixtureHistory | None:
+        """The mixture history a loaded state resumes under (None: a plain epoch of the
+        dataset's mixture), or :class:`StateError` where it may not resume (``on_mixture_change``)."""
+        record = obj.get(MIXTURE_KEY)
+        saved = None if record is None else MixtureHistory.from_dict(record)
+        if saved is not None and state.sample_in_epoch == 0:
+            saved = saved.at_start()  # nothing delivered yet (also an adapter's "next epoch" state)
+        same_data = state.fingerprint is None or state.fingerprint == self.fingerprint
+        continuing = self._config.on_mixture_change == "continue"
+        if saved is None:  # MosaicML's states, and astream's before the record existed
+            if continuing and not same_data:
+                raise StateError(
+                    "this state records no mixture (it was saved by MosaicML Streaming or an older astream), so "
+                    "it can only resume the streams and weights it was saved with; start a fresh epoch instead"
+                )
+            state.check_fingerprint(self.fingerprint)
+            return None
+        if same_data and saved.mixtures[-1].same_mixture(self.mixture.mixtures[0]):
+            # The mixture it was saved under (a changed epoch goes on under its history).
+            return MixtureHistory({**saved.streams, **self.mixture.streams}, saved.mixtures)
+        if not continuing:
+            if same_data and not saved.changed:
+                return None  # only epoch_size differs: resumed as before the record existed
+            state.check_fingerprint(self.fingerprint)
+            raise StateError(
+                "this state was saved under another mixture of streams (weights, streams or epoch_size); pass "
+                "on_mixture_change='continue' to go on with this one from the state's position, or start a "
+                "fresh epoch instead of resuming"
+            )
+        return continue_history(saved, self.mixture, state.sample_in_epoch)

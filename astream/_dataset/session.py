@@ -21,11 +21,11 @@ from astream._dataset.arriving import ArrivingShards
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.peek import RemotePeek
-from astream._dataset.provider import shard_key, view_of
 from astream._dataset.reader import EpochReader
 from astream._dataset.samples import SampleSteps
 from astream._dataset.shards import OpenShards
 from astream._format.index import Index
+from astream._node.provider import shard_key, view_of
 from astream._sampling.order import WorkerBatches
 from astream._sampling.plan import EpochPlan
 from astream.errors import ShardFormatError

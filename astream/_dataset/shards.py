@@ -7,7 +7,7 @@ which each shard is pinned (see :mod:`astream._dataset.reader`).
 
 Every page of a map that a read touched counts in the process's RSS until it is unmapped.
 :class:`ResidentPages` hands a reader's touched pages back (``MADV_DONTNEED``: the data
-stays in the page cache and a later read maps it again) once ``RESIDENT_BUDGET`` bytes
+stays in the page cache and a later read maps it again) once ``resident_bytes`` (tuning.py) bytes
 were read and when a lease ends, and :class:`OpenShards` right after a shard is opened
 (opening validates every record's head), so what iterating holds is a few dozen
 megabytes, not the shards it has read.
@@ -27,19 +27,16 @@ import numpy.typing as npt
 import xxhash
 
 from astream._arrays import sorted_unique
+from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._format.kinds import SampleSource, held_bytes, open_shard
 
-__all__ = ["RESIDENT_BUDGET", "OpenShards", "ResidentPages", "drop_pages", "leases_of"]
+__all__ = ["OpenShards", "ResidentPages", "drop_pages", "leases_of"]
 
 Int64Array = npt.NDArray[np.int64]
 
 # A shard decoded ahead of its install, and the xxh3-64 of the bytes it was decoded from.
 Decoded = tuple[SampleSource, int]
-# Bytes read from mapped shards after which their touched pages are handed back.
-RESIDENT_BUDGET = 32 << 20
-# Decoded row groups (Parquet) kept open at most, in bytes (the most recent one always).
-DECODED_BUDGET = 512 << 20
 
 
 def drop_pages(reader: SampleSource) -> None:
@@ -158,7 +155,7 @@ class OpenShards:
             drop_pages(reader)  # opening read the first chunk of record heads
         self._open[shard] = reader
         self._held += held_bytes(reader)
-        while len(self._open) > self._max_open or (self._held > DECODED_BUDGET and len(self._open) > 1):
+        while len(self._open) > self._max_open or (self._held > tuning.READ_AHEAD.decoded_bytes and len(self._open) > 1):
             # Dropped, not closed: a batch being decoded may still use it; the mapping
             # goes with the last reference.
             _, old = self._open.popitem(last=False)
@@ -191,7 +188,7 @@ def _drop_offer(decoded: Future[Decoded]) -> None:
 
 
 class ResidentPages:
-    """The pages of shard maps one reader touched, handed back every ``RESIDENT_BUDGET`` bytes.
+    """The pages of shard maps one reader touched, handed back every ``resident_bytes`` (tuning.py) bytes.
 
     Counts bytes as records of each shard's mean size (no per-record sums on the way).
     """
@@ -211,7 +208,7 @@ class ResidentPages:
         else:
             self._touched.update(sorted_unique(shards).tolist())
             self._bytes += float(self._mean_record[shards].sum())
-        if self._bytes >= RESIDENT_BUDGET:
+        if self._bytes >= tuning.READ_AHEAD.resident_bytes:
             self._shards.drop_pages(self._touched)
             self._touched.clear()
             self._bytes = 0.0

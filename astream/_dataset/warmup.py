@@ -21,7 +21,7 @@ raised before, and nothing more.
 - :meth:`WarmStart.hold` / :meth:`WarmStart.release`: while a state is being loaded, its
   first batch's row groups decoded (:mod:`astream._dataset.preopen`) and that batch taken
   from them (:mod:`astream._dataset.early`), a start that has not joined the node yet
-  waits (:data:`HOLD_S` at most): on two cores the agent's start beside the decode took
+  waits (``hold_s`` (tuning.py) at most): on two cores the agent's start beside the decode took
   the interpreter lock from it many times a millisecond, and it woke up first when the
   decode ended, before the thread waiting for the batch.
 - :meth:`WarmStart.astop` (the dataset's ``close``/``aclose``) and :meth:`WarmStart.stop_soon`
@@ -53,6 +53,7 @@ from concurrent.futures import Future, InvalidStateError
 from typing import Any
 
 from astream._coord.client import AsyncNodeClient
+from astream._dataset import tuning
 from astream._storage.loop import LoopThread, within
 
 __all__ = ["WarmStart"]
@@ -61,8 +62,6 @@ log = logging.getLogger("astream.dataset")
 
 # The shards of this rank's first batch in the node's next epoch (computed off the loop).
 KeysAt = Callable[[int], list[str]]
-# Seconds a hold keeps the start from joining the node, at most.
-HOLD_S = 2.0
 
 
 def _open(gate: Future[None]) -> None:
@@ -102,7 +101,7 @@ class WarmStart:
 
     def hold(self) -> None:
         """Keep what has not joined the node yet from joining it until as many
-        :meth:`release` calls (at most :data:`HOLD_S`); holds count, from any thread."""
+        :meth:`release` calls (at most ``hold_s`` (tuning.py)); holds count, from any thread."""
         with self._holding:
             self._holds += 1
             if self._gate.done():
@@ -196,7 +195,7 @@ class WarmStart:
             gate = self._gate
             if not gate.done():
                 with contextlib.suppress(TimeoutError, asyncio.TimeoutError):  # (a hint: never waited for long)
-                    await within(HOLD_S, asyncio.shield(asyncio.wrap_future(gate)))
+                    await within(tuning.READ_AHEAD.hold_s, asyncio.shield(asyncio.wrap_future(gate)))
             self._client = self._make_client()
         await self._client.aconnect()
         return self._client

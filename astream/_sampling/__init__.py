@@ -8,6 +8,8 @@
 - ``batching``: the ``per_stream``, ``stratified`` and ``device_per_stream`` merges;
 - ``plan``: ``EpochPlan`` and ``plan_epoch``, which put the above together as MosaicML's
   ``generate_work`` does;
+- ``remix`` and ``remainder``: the plan of the rest of an epoch whose mixture changed (the
+  mixtures' history in, the current segment's plan out) and its per-stream counts;
 - ``defaults``, ``validation``, ``warnings``: resolved defaults, parameter checks raising
   ``ConfigError``, and ``SamplingWarning``.
 

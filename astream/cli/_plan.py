@@ -15,9 +15,9 @@ import json
 from dataclasses import asdict
 from typing import Any
 
-from astream._dataset.cache_room import footprints
 from astream._dataset.depth import MAX_DEPTH, QUEUE_BYTES
 from astream._format.index import Index
+from astream._node.room import footprints
 from astream._sampling.defaults import (
     DEFAULT_PARTITION_ALGO,
     DEFAULT_SHUFFLE_ALGO,

@@ -2,7 +2,7 @@
 
 It was ``astream._cache.prefetch``; the package keeps one live prefetch path (the epoch
 reader's leases through the node agent, and the node's plan-aware prefetch in
-``astream._dataset.provider``), and this driver of the engine lives where it is used.
+``astream._node.provider``), and this driver of the engine lives where it is used.
 
 ::
 

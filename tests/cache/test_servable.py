@@ -14,8 +14,8 @@ from pathlib import Path
 from cachekit import raw_bytes
 
 from astream._cache.engine import ShardEngine
-from astream._dataset.provider import CacheProvider, EngineSpec
 from astream._format.index import Index
+from astream._node.provider import CacheProvider, EngineSpec
 from astream._storage import StorageOptions
 from astream.testing import LoopbackServer
 

@@ -16,6 +16,7 @@ import asyncio
 import io
 import itertools
 import math
+from dataclasses import replace
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from hypothesis import strategies as st
 
 import astream._dataset.reader as reader_module
 from astream import LocalDataset, MDSWriter, StreamingDataset
+from astream._dataset import tuning
 from astream._dataset.loader import Loader
 from astream.errors import EncodingError
 
@@ -190,7 +192,7 @@ def test_batches_decoded_ahead_equal_the_batches_read_one_by_one(
     config = {"ranks": ranks, "workers": workers, "batch": batch, "drop_last": drop_last, "shuffle": shuffle,
               "epochs": 2, "shuffle_algo": algo, "predownload": predownload}
     with monkeypatch.context() as off:
-        off.setattr(reader_module, "AHEAD_BYTES", 0)  # no window fits: the per-batch path
+        off.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, ahead_bytes=0))  # no window fits: the per-batch path
         want = _iterate(layouts, tmp_path, layout, **config)
     with monkeypatch.context() as on:  # (one spy per example, not one around the last)
         spy = Spy(on)
@@ -257,7 +259,7 @@ def test_streams_of_other_encodings_are_read_batch_by_batch(layouts: Path, tmp_p
         return batches
 
     with monkeypatch.context() as off:
-        off.setattr(reader_module, "AHEAD_BYTES", 0)
+        off.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, ahead_bytes=0))
         want = read()
     spy = Spy(monkeypatch)
     got = read()
@@ -339,7 +341,7 @@ def test_a_corrupt_record_fails_with_its_own_batch(tmp_path: Path, monkeypatch: 
     def read(ahead: bool) -> tuple[int, str]:
         with monkeypatch.context() as m:
             if not ahead:
-                m.setattr(reader_module, "AHEAD_BYTES", 0)
+                m.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, ahead_bytes=0))
             ds = StreamingDataset(local=str(root), batch_size=8, shuffle=True, shuffle_seed=3)
             got = 0
             with Loader(ds, batch_size=8) as loader:

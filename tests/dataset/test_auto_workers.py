@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
-from astream._dataset import autowatch
-from astream._dataset.autoworkers import MAX_AUTO_WORKERS, choose_workers, usable_cores
+from astream._dataset.workers import autowatch
+from astream._dataset.workers.autoworkers import MAX_AUTO_WORKERS, choose_workers, usable_cores
 from astream.errors import ConfigError
 from tests.dataset.worker_jobs import busy_tag_pid, tag_pid
 

@@ -14,6 +14,7 @@ import shutil
 import threading
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,7 @@ from astream._coord.agent import Agent
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset import early as early_module
+from astream._dataset import tuning
 from astream.cli import main as cli
 from astream.errors import ServedSamplesError, StateError
 from astream.testing import Fault, LoopbackServer, moto_s3
@@ -222,9 +224,8 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
         folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # The warm start joins the node (starting its agent) only once the resume's row group is
     # decoded: on two cores the agent's start beside the decode slowed it down. A decode made
-    # slow shows the order; the hold lasts HOLD_S at most (then the agent starts while the
+    # slow shows the order; the hold lasts hold_s at most (then the agent starts while the
     # decode waits for it).
-    from astream._dataset import warmup
     from astream._format.parquet import reader as parquet_reader
 
     root, truth = folder
@@ -234,7 +235,7 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
 
     def slow(self: Any, path: str, *args: Any, **kwargs: Any) -> None:
         if "read ahead of its install" in path:
-            if warmup.HOLD_S < 1:
+            if tuning.READ_AHEAD.hold_s < 1:
                 agent_started.wait(30)  # (the hold must end without the decode)
             else:
                 time.sleep(0.3)
@@ -250,8 +251,8 @@ def test_the_node_agent_starts_after_the_first_batch_decode(
 
     monkeypatch.setattr(parquet_reader.RowGroupReader, "__init__", slow)
     monkeypatch.setattr(Agent, "serve", noted)
-    for hold, cache, want in ((warmup.HOLD_S, "a", ["decoded", "agent"]), (0.05, "b", ["agent", "decoded"])):
-        monkeypatch.setattr(warmup, "HOLD_S", hold)
+    for hold, cache, want in ((tuning.READ_AHEAD.hold_s, "a", ["decoded", "agent"]), (0.05, "b", ["agent", "decoded"])):
+        monkeypatch.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, hold_s=hold))
         events.clear()
         agent_started.clear()
         ds, loader = _resumed(root, tmp_path / cache)
@@ -441,12 +442,10 @@ def test_over_http_the_first_row_group_is_read_ahead_within_its_budget(
         monkeypatch: pytest.MonkeyPatch, budget: int | None) -> None:
     # Over a network the resume's row group is fetched by range here too (its footer and its
     # column chunks, as the node's transfer fetches them: twice in all), up to its budget.
-    from astream._dataset import preopen
-
     _, truth = folder
     server, _ = served
     if budget is not None:
-        monkeypatch.setattr(preopen, "PREOPEN_NETWORK_BYTES", budget)
+        monkeypatch.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, preopen_network_bytes=budget))
     taken = _taken_early(monkeypatch)
     server.clear()
     assert _rest(server.url, tmp_path / "cache", truth) == sorted(truth)[AT:]

@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
-from astream._dataset.metrics import LOADERS, METRICS
+from astream._dataset.observe.metrics import LOADERS, METRICS
 from astream.errors import ConfigError
 from astream.metrics import enable_otel, enable_prometheus, prometheus_name
 from astream.testing import LoopbackServer

@@ -25,7 +25,7 @@ from helpers import THREAD_AGENT
 
 from astream import MDSWriter, StreamingDataset
 from astream._coord.world import World
-from astream._dataset.provider import shard_key
+from astream._node.provider import shard_key
 from astream._sampling.order import worker_batches
 from astream._storage.http import HttpStorage
 from astream.testing import Fault, LoopbackServer

@@ -19,8 +19,8 @@ import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
 from astream._cache.eviction import SimTrace, min_cache_bytes
-from astream._dataset.cache_room import footprints
 from astream._format.index import Index
+from astream._node.room import footprints
 from astream._sampling.forecast import forecast_epoch, stall_timeline
 from astream.cli import build_parser, main
 from astream.cli._plan import forecast

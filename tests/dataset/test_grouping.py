@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 
 from astream._arrays import group_positions
-from astream._dataset.grouping import WINDOW, BatchGroups
+from astream._dataset import tuning
+from astream._dataset.grouping import BatchGroups
+
+WINDOW = tuning.READ_AHEAD.window
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -9,6 +9,7 @@ import collections
 import os
 import shutil
 import struct
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ import pytest
 
 from astream import MDSWriter
 from astream._coord.world import World
+from astream._dataset import tuning
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
@@ -508,10 +510,9 @@ def test_a_shuffled_resume_decodes_ahead_within_its_budget_exact(
         folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     # A shuffled first batch reads many row groups: only the first ones up to the budget are
     # decoded ahead (one thread, in the order they are read); every row once, exact.
-    import astream._dataset.preopen as preopen_module
 
     root, truth = folder
-    monkeypatch.setattr(preopen_module, "PREOPEN_BYTES", 1)  # not even one: nothing ahead
+    monkeypatch.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, preopen_bytes=1))  # not even one: nothing ahead
     made = _count_decodes(monkeypatch)
 
     def resumed(cache: str) -> list[int]:
@@ -529,7 +530,7 @@ def test_a_shuffled_resume_decodes_ahead_within_its_budget_exact(
     nothing_ahead = resumed(str(tmp_path / "a"))
     assert not [p for p in made if "read ahead of its install" in p]
     sizes = sorted(p.stat().st_size for p in (tmp_path / "a").rglob("*.rg*"))
-    monkeypatch.setattr(preopen_module, "PREOPEN_BYTES", sizes[-1] + sizes[-2])  # room for two at most
+    monkeypatch.setattr(tuning, "READ_AHEAD", replace(tuning.READ_AHEAD, preopen_bytes=sizes[-1] + sizes[-2]))  # room for two at most
     made.clear()
     assert resumed(str(tmp_path / "b")) == nothing_ahead
     assert 1 <= len([p for p in made if "read ahead of its install" in p]) <= 2

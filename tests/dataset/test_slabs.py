@@ -18,8 +18,15 @@ from typing import Any
 import numpy as np
 import pytest
 
-from astream._dataset.slabs import MAX_SLOTS, SLAB_MIN_BYTES, MessageRing, SlabRing, SlabViews, layout
-from astream._dataset.transport import FD_IN_FLIGHT, PipeWriter, fd_passing_supported, recv_object
+from astream._dataset.transport.pipe import FD_IN_FLIGHT, PipeWriter, fd_passing_supported, recv_object
+from astream._dataset.transport.slabs import (
+    MAX_SLOTS,
+    SLAB_MIN_BYTES,
+    MessageRing,
+    SlabRing,
+    SlabViews,
+    layout,
+)
 
 pytestmark = pytest.mark.skipif(not fd_passing_supported(), reason="no memfd_create / descriptor passing here")
 

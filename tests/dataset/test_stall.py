@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
-from astream._dataset.timings import BUCKETS_S, STAGES, StageTimes, WaitHistogram
+from astream._dataset.observe.timings import BUCKETS_S, STAGES, StageTimes, WaitHistogram
 from astream.errors import ConfigError
 from astream.testing import LoopbackServer
 

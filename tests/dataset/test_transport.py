@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from astream._dataset.collate import collate_samples, concat_batches
-from astream._dataset.slabs import SlabViews
-from astream._dataset.transport import (
+from astream._dataset.transport.pipe import (
     FD_IN_FLIGHT,
     FD_MIN_BYTES,
     INBAND_MAX_BYTES,
@@ -33,7 +32,8 @@ from astream._dataset.transport import (
     recv_rest,
     send_object,
 )
-from astream._dataset.workers import WorkerPool
+from astream._dataset.transport.slabs import SlabViews
+from astream._dataset.workers.pool import WorkerPool
 from astream.errors import WorkerError
 
 

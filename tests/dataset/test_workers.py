@@ -6,7 +6,7 @@ import os
 import pytest
 from worker_jobs import RangeJob
 
-from astream._dataset.workers import WorkerPool
+from astream._dataset.workers.pool import WorkerPool
 from astream.errors import ConfigError, WorkerError
 
 MODES = ["process", "thread"]

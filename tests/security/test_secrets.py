@@ -137,7 +137,7 @@ async def test_credential_headers_stay_with_their_origin(
 
 def test_the_prometheus_exporter_listens_on_loopback() -> None:
     prometheus_client = pytest.importorskip("prometheus_client", reason="the prometheus extra is not installed")
-    from astream._dataset.prometheus import enable_prometheus
+    from astream._dataset.observe.prometheus import enable_prometheus
 
     server = enable_prometheus(prometheus_client.CollectorRegistry(), port=0)
     try:

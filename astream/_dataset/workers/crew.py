@@ -4,7 +4,7 @@ Starting a worker process costs a fork of the forkserver, unpickling its job, an
 loop and its pipes; per epoch, with two workers, that was most of an epoch of 1,000
 samples of 100 KB. A :class:`Crew` keeps the processes of an epoch that ended cleanly
 (every worker's last message, "end", read: its pipes are at a message boundary) and
-lends them to the next epoch's :class:`~astream._dataset.workers.WorkerPool`, which
+lends them to the next epoch's :class:`~astream._dataset.workers.pool.WorkerPool`, which
 sends each its new job (the epoch, the resume point and the dataset's state, pickled:
 the plan is computed in the worker from them, as for a new process) over its control
 pipe. An epoch that stops early, fails or loses a worker leaves nothing to reuse: its
@@ -21,7 +21,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Sequence
 
-from astream._dataset.spawn import ProcessWorker
+from astream._dataset.workers.spawn import ProcessWorker
 
 __all__ = ["Crew"]
 

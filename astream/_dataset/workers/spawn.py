@@ -4,11 +4,11 @@ Processes start with ``forkserver`` (``spawn`` where it is missing): never a pla
 fork, because the parent may already run an event loop and threads (uvloop and
 aiohttp are not fork-safe). The forkserver preloads the job's module, so a worker is a
 fork of an interpreter that has imported astream already, not a fresh import each
-(:mod:`astream._dataset.startup` decides what it preloads, and starts it early).
+(:mod:`astream._dataset.workers.startup` decides what it preloads, and starts it early).
 
 Each worker has a pipe for its messages (large buffers go in shared-memory slots, or as
-anonymous files over a Unix socket beside it, see :mod:`astream._dataset.transport`) and, with stand-ins, a
-control pipe for the hand-off (:mod:`astream._dataset.handoff`). A helper thread per
+anonymous files over a Unix socket beside it, see :mod:`astream._dataset.transport.pipe`) and, with stand-ins, a
+control pipe for the hand-off (:mod:`astream._dataset.workers.handoff`). A helper thread per
 worker starts the process and reads its pipe; what it reads goes to the pool through
 the narrow :class:`PoolSide` interface. A worker that dies (SIGKILL, segfault) is
 noticed by its pipe closing and reported as an error message, never a hang.
@@ -27,12 +27,18 @@ from collections.abc import Callable
 from multiprocessing.connection import Connection
 from typing import Any, Protocol
 
-from astream._dataset.handoff import send_start, worker_start_at
-from astream._dataset.job import WorkerJob, produce
-from astream._dataset.slabs import SlabViews
-from astream._dataset.startup import WorkerStart, hidden_main
-from astream._dataset.timings import STAGES
-from astream._dataset.transport import PipeReader, PipeWriter, TransportError, fd_passing_supported, recv_rest
+from astream._dataset.observe.timings import STAGES
+from astream._dataset.transport.pipe import (
+    PipeReader,
+    PipeWriter,
+    TransportError,
+    fd_passing_supported,
+    recv_rest,
+)
+from astream._dataset.transport.slabs import SlabViews
+from astream._dataset.workers.handoff import send_start, worker_start_at
+from astream._dataset.workers.job import WorkerJob, produce
+from astream._dataset.workers.startup import WorkerStart, hidden_main
 
 try:
     import fcntl

@@ -1,6 +1,6 @@
 """The OpenTelemetry exporter (extra ``otel``): observable instruments over every live loader.
 
-:func:`enable_otel` creates the instruments of :data:`astream._dataset.metrics.METRICS`
+:func:`enable_otel` creates the instruments of :data:`astream._dataset.observe.metrics.METRICS`
 on a meter of the OpenTelemetry metrics API. Until the application installs an SDK
 ``MeterProvider`` (and a reader or exporter on it) the API is a no-op and nothing is
 ever read; with one, each collection reads every live loader once (a snapshot shared
@@ -17,8 +17,8 @@ import time
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from astream._dataset.metrics import METRICS, snapshots
-from astream._dataset.stats import Stats
+from astream._dataset.observe.metrics import METRICS, snapshots
+from astream._dataset.observe.stats import Stats
 from astream.errors import ConfigError
 
 __all__ = ["enable_otel"]

@@ -47,7 +47,7 @@ import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from astream._dataset.mapping import MappingError, map_file
+from astream._dataset.transport.mapping import MappingError, map_file
 
 __all__ = [
     "MAX_RING_BYTES", "MAX_SLOTS", "MESSAGE_MIN_BYTES", "MESSAGE_RING_BYTES", "SLAB_MIN_BYTES", "MessageRing",

@@ -5,7 +5,7 @@ caller's, or prometheus_client's default one) and, with a port, serves it over H
 ``ASTREAM_PROMETHEUS_PORT`` (and ``ASTREAM_PROMETHEUS_ADDR``, default ``127.0.0.1``) does
 the same when the process makes its first ``Loader`` (each rank of a node on that port
 plus its local rank). Values are read at scrape time
-(:func:`astream._dataset.metrics.snapshots`: one round trip to the node agent per loader),
+(:func:`astream._dataset.observe.metrics.snapshots`: one round trip to the node agent per loader),
 so nothing is counted twice and worker processes need no exporter of their own: their
 figures reach the loader's process. Counters get ``_total``, seconds ``_seconds`` and
 bytes ``_bytes`` (Prometheus' naming).
@@ -18,7 +18,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from astream._dataset.metrics import METRICS, Metric, snapshots
+from astream._dataset.observe.metrics import METRICS, Metric, snapshots
 from astream.errors import ConfigError
 
 __all__ = ["ENV_ADDR", "ENV_PORT", "enable_from_env", "enable_prometheus", "prometheus_name"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from astream._dataset.stats import ConsumerCounters
+from astream._dataset.observe.stats import ConsumerCounters
 from astream.errors import ConfigError
 
 __all__ = ["ProgressBar"]

@@ -1,11 +1,11 @@
-"""The metrics the exporters publish, read off :class:`~astream._dataset.stats.Stats`.
+"""The metrics the exporters publish, read off :class:`~astream._dataset.observe.stats.Stats`.
 
 One table (:data:`METRICS`) names every metric, its kind, unit and where its value comes
 from; the OpenTelemetry and Prometheus exporters (``otel.py``, ``prometheus.py``) only
 translate it. Nothing here runs until an exporter is enabled: a ``Loader`` costs one
 weak reference in :data:`LOADERS` when it is made.
 
-Each live loader is one source, labelled ``loader`` (its number in this process),
+Each live loader is one :class:`Source` (this module never imports the ``Loader``), labelled ``loader`` (its number in this process),
 ``rank`` and ``node``. A loader's figures include its worker processes' (their stage
 times reach the consumer's process); the ``astream_node_*`` figures are the node
 agent's, the same for every rank of a node.
@@ -18,27 +18,42 @@ import logging
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
-from astream._dataset.stats import ConsumerCounters, Stats
-from astream._dataset.timings import STAGE_NAMES
+from astream._dataset.observe.stats import Stats
+from astream._dataset.observe.timings import STAGE_NAMES
 
-if TYPE_CHECKING:
-    from astream._dataset.loader import Loader
-
-__all__ = ["LOADERS", "METRICS", "Metric", "register", "snapshots"]
+__all__ = ["LOADERS", "METRICS", "Metric", "Source", "register", "snapshots"]
 
 log = logging.getLogger("astream")
 
+
+
+class Source(Protocol):
+    """What the exporters read of a loader."""
+
+    def _metric_place(self) -> tuple[int, int]:
+        """Its process's rank and node (the ``rank`` and ``node`` labels)."""
+        ...
+
+    async def astats(self) -> Stats:
+        """Its figures and its node's."""
+        ...
+
+    def _own_stats(self) -> Stats:
+        """Its own figures, without the node's (when the node cannot be asked)."""
+        ...
+
+
 # Live loaders, and the number each got (its ``loader`` label).
-LOADERS: weakref.WeakKeyDictionary[Loader, int] = weakref.WeakKeyDictionary()
+LOADERS: weakref.WeakKeyDictionary[Source, int] = weakref.WeakKeyDictionary()
 _numbers = itertools.count()
 # Seconds an exporter waits for the node agent's figures before exporting without them.
 STATS_TIMEOUT = 5.0
 STAGES = (*STAGE_NAMES, "download", "decode")
 
 
-def register(loader: Loader) -> None:
+def register(loader: Source) -> None:
     """A new loader: one more source (called by ``Loader.__init__``)."""
     LOADERS[loader] = next(_numbers)
 
@@ -107,9 +122,9 @@ METRICS: tuple[Metric, ...] = (
 )
 
 
-def labels_of(loader: Loader, number: int) -> dict[str, str]:
-    world = loader.dataset.world
-    return {"loader": str(number), "rank": str(world.rank), "node": str(world.node)}
+def labels_of(loader: Source, number: int) -> dict[str, str]:
+    rank, node = loader._metric_place()
+    return {"loader": str(number), "rank": str(rank), "node": str(node)}
 
 
 def snapshots() -> list[tuple[dict[str, str], Stats]]:
@@ -126,12 +141,11 @@ def snapshots() -> list[tuple[dict[str, str], Stats]]:
     return out
 
 
-def _stats_of(loader: Loader) -> Stats:
+def _stats_of(loader: Source) -> Stats:
     from astream._dataset.runtime import portal
 
     try:
         return portal().call(loader.astats(), timeout=STATS_TIMEOUT)
     except Exception as exc:  # a metrics scrape must never take the training loop down
         log.debug("astream: node figures of a loader unavailable for metrics: %s", exc)
-        consumer: ConsumerCounters = loader._consumer.copy()
-        return Stats.of({}, consumer)
+        return loader._own_stats()

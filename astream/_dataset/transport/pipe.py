@@ -21,7 +21,7 @@ is kept that way. Where ``memfd_create`` or descriptor passing is missing, or a 
 cannot be made, buffers go through the pipe as before.
 
 A :class:`PipeWriter` with a channel first tries its ring of shared-memory slots
-(:mod:`astream._dataset.slabs`): buffers of :data:`~astream._dataset.slabs.SLAB_MIN_BYTES`
+(:mod:`astream._dataset.transport.slabs`): buffers of :data:`~astream._dataset.transport.slabs.SLAB_MIN_BYTES`
 and more are copied into a slot mapped once on both sides, and the message names the
 slot (its descriptor travels only the first time); the consumer rebuilds the arrays
 over its mapping, without a copy, and the slot goes back to the worker when the batch's
@@ -30,7 +30,7 @@ back-pressure); files per buffer are what a worker falls back to when every slot
 
 A small batch (a pickle of 4 KiB or more and no out-of-band buffer: the ``str``/``bytes``
 lists and ids of small records) goes into the worker's ring of pickles instead
-(:class:`~astream._dataset.slabs.MessageRing`), and only its head through the pipe; the
+(:class:`~astream._dataset.transport.slabs.MessageRing`), and only its head through the pipe; the
 consumer unpickles it from the ring in place. Its small arrays travel packed
 (:func:`_packed`), not through numpy's reduce, whichever way the pickle goes.
 
@@ -57,8 +57,8 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from astream._dataset.mapping import MappingError, map_file, mapping_supported
-from astream._dataset.slabs import (
+from astream._dataset.transport.mapping import MappingError, map_file, mapping_supported
+from astream._dataset.transport.slabs import (
     SLAB_MIN_BYTES,
     MessageRing,
     RingSlot,

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
-from astream._dataset.timings import BUCKETS_S, READY_S, STAGES, WaitHistogram
+from astream._dataset.observe.timings import BUCKETS_S, READY_S, STAGES, WaitHistogram
 
 __all__ = ["ConsumerCounters", "Stats"]
 
@@ -81,6 +81,10 @@ class Stats:
             ``transform``, ``transport`` from worker processes, whose own stage times arrive
             with the end of each of their epochs), plus the node's ``download`` and ``decode``.
         node: everything else the agent reports (clients, pins, epoch, uptime...).
+        mixture: the change of mixture this epoch resumed under (``on_mixture_change``), empty
+            when it never changed: ``epoch``, ``changes`` (the sample of each change),
+            ``samples`` (what the rest of the epoch holds from the last change) and, per
+            stream of the mixture in force, ``stream``, ``unseen``, ``wanted`` and ``given``.
     """
 
     bytes_downloaded: int = 0
@@ -112,15 +116,17 @@ class Stats:
     wait_buckets: tuple[tuple[float, int], ...] = ()
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     node: dict[str, Any] = field(default_factory=dict)
+    mixture: dict[str, Any] = field(default_factory=dict)
 
     # Not the engines' figures: the consumer's, or computed here.
     _CONSUMER: ClassVar[tuple[str, ...]] = (
         "batches", "samples", "consumer_wait_s", "wait_p50_s", "wait_p99_s", "wait_max_s", "readiness", "stall",
-        "wait_buckets", "stages", "requests",
+        "wait_buckets", "stages", "requests", "mixture",
     )
 
     @classmethod
-    def of(cls, agent: dict[str, Any], consumer: ConsumerCounters | None = None) -> Stats:
+    def of(cls, agent: dict[str, Any], consumer: ConsumerCounters | None = None,
+           mixture: dict[str, Any] | None = None) -> Stats:
         """From the agent's ``stats`` answer and a consumer's counters."""
         cache = dict(agent.get("provider") or {})
         # Requests are counted where they arrive, by the agent; a request it answers itself
@@ -147,7 +153,7 @@ class Stats:
                    readiness=c.ready / c.batches if c.batches else 0.0,
                    stall=min(1.0, c.wait_s / c.elapsed_s) if c.elapsed_s > 0 else 0.0,
                    wait_buckets=tuple((b, n) for b, n in zip(bounds, c.waits.counts, strict=True) if n),
-                   stages=stages, node=node)
+                   stages=stages, node=node, mixture=dict(mixture or {}))
 
     @property
     def hit_rate(self) -> float:

@@ -1,6 +1,6 @@
 """Whether a ``cache_limit`` can hold what the node's readers need, checked before any download.
 
-Readers of a bounded cache pin one batch each (:mod:`astream._dataset.reader`), so the
+Readers of a bounded cache pin one batch each (the dataset layer's reader), so the
 limit must hold every reader's batch at its largest shards at once, plus one shard for
 random access (:func:`astream._cache.eviction.min_cache_bytes`); a smaller one is refused
 at the start of an epoch, and one below two shards already when the dataset is made. A shuffle whose blocks in flight span far more than the limit
@@ -13,13 +13,11 @@ import warnings
 from collections.abc import Sequence
 
 from astream._cache.eviction import min_cache_bytes
-from astream._dataset.config import DatasetConfig
-from astream._dataset.provider import EngineSpec
 from astream._format.index import Index
-from astream._sampling.defaults import resolve_shuffle_block_size
+from astream._node.provider import EngineSpec
 from astream.errors import CacheError, CacheWarning
 
-__all__ = ["check_cache_floor", "check_cache_room", "check_dataset_cache", "footprints", "warn_if_thrashing"]
+__all__ = ["check_cache_floor", "check_cache_room", "footprints", "warn_if_thrashing"]
 
 
 def footprints(index: Index, keep_zip: bool) -> list[int]:
@@ -95,22 +93,27 @@ def warn_if_thrashing(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, 
             )
 
 
-def check_cache_floor(config: DatasetConfig, indexes: Sequence[Index]) -> None:
+def check_cache_floor(indexes: Sequence[Index], specs: Sequence[EngineSpec], cache_limit: int | None) -> None:
     """Refuse, when the dataset is made, a ``cache_limit`` below what any use needs: two of a
     stream's largest shards (one in use, one arriving), the node agent's own floor.
+
+    Args:
+        indexes: each stream's index.
+        specs: each stream's engine settings (its share of ``cache_limit``).
+        cache_limit: the dataset's whole limit (None: unbounded).
 
     Raises:
         CacheError: naming the limit, the stream and the shard sizes.
     """
-    if config.cache_limit is None:
+    if cache_limit is None:
         return
-    for stream, (index, spec) in enumerate(zip(indexes, config.provider(indexes).streams, strict=True)):
+    for stream, (index, spec) in enumerate(zip(indexes, specs, strict=True)):
         if spec.cache_limit is None or spec.remote is None or not index.shards:
             continue
         largest = max(footprints(index, spec.keep_zip))
         need = min_cache_bytes([largest], 1, 1)
         if spec.cache_limit < need:
-            where = (f"stream {stream} ({spec.remote}) gets {spec.cache_limit} bytes of cache_limit={config.cache_limit}"
+            where = (f"stream {stream} ({spec.remote}) gets {spec.cache_limit} bytes of cache_limit={cache_limit}"
                      if len(indexes) > 1 else f"cache_limit={spec.cache_limit} bytes")
             raise CacheError(
                 f"{where}, but its largest shard takes {largest} bytes once cached"
@@ -118,19 +121,3 @@ def check_cache_floor(config: DatasetConfig, indexes: Sequence[Index]) -> None:
                 f"{need}: raise cache_limit to at least {need} (more with several ranks, batches spanning "
                 "several shards or loader workers) or write smaller shards"
             )
-
-
-def check_dataset_cache(config: DatasetConfig, indexes: Sequence[Index], *, readers_per_rank: int,
-                        num_canonical_nodes: int, warn: bool) -> None:
-    """:func:`check_cache_room` and (when ``warn``) :func:`warn_if_thrashing` for a dataset
-    about to begin an epoch."""
-    if config.cache_limit is None:
-        return
-    factory = config.provider(indexes)
-    world = config.unique_world
-    check_cache_room(indexes, factory.streams, readers=world.ranks_per_node * max(1, readers_per_rank),
-                     batch_size=config.batch_size or 1)
-    if warn:
-        block = resolve_shuffle_block_size(config.shuffle_block_size, num_canonical_nodes)
-        warn_if_thrashing(indexes, factory.streams, shuffle=config.shuffle, shuffle_algo=config.shuffle_algo,
-                          block_size=block, blocks_at_once=max(1, num_canonical_nodes // max(1, world.num_nodes)))

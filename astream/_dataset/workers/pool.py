@@ -1,14 +1,14 @@
 """The worker pool: workers (processes or threads) each produce one worker's batches.
 
-Each worker runs a picklable :class:`~astream._dataset.job.WorkerJob` for its worker id
+Each worker runs a picklable :class:`~astream._dataset.workers.job.WorkerJob` for its worker id
 on an event loop of its own and hands whole batches back; the pool yields them in the
 order the epoch plan gives (``schedule``, from :mod:`astream._sampling.order`): batch 0
 of worker 0, batch 0 of worker 1, ..., then batch 1 of worker 0, skipping workers that
 have finished — exactly the order a torch DataLoader gives over MosaicML Streaming.
 
 This module merges and closes; starting processes and carrying their messages is
-:mod:`astream._dataset.spawn`, and the stand-ins that serve a worker's first batches
-while its process starts are :mod:`astream._dataset.handoff`. A worker that raises sends
+:mod:`astream._dataset.workers.spawn`, and the stand-ins that serve a worker's first batches
+while its process starts are :mod:`astream._dataset.workers.handoff`. A worker that raises sends
 its traceback; one that dies is noticed by its pipe closing. Either way the consumer
 gets a :class:`WorkerError`, never a hang.
 """
@@ -23,18 +23,17 @@ import threading
 from collections.abc import AsyncIterator, Callable, Sequence
 from typing import Any
 
-from astream._dataset.crew import Crew
 from astream._dataset.depth import queue_depth
-from astream._dataset.handoff import StandIns
-from astream._dataset.job import WorkerJob, produce
-from astream._dataset.spawn import ProcessWorker
-from astream._dataset.startup import WorkerStart, process_context
+from astream._dataset.loader_config import WORKER_MODES
+from astream._dataset.workers.crew import Crew
+from astream._dataset.workers.handoff import StandIns
+from astream._dataset.workers.job import WorkerJob, produce
+from astream._dataset.workers.spawn import ProcessWorker
+from astream._dataset.workers.startup import WorkerStart, process_context
 from astream._resource import AsyncResource
 from astream.errors import ConfigError, WorkerError
 
 __all__ = ["WORKER_MODES", "WorkerJob", "WorkerPool"]
-
-WORKER_MODES = ("process", "thread")
 
 _END = object()  # a worker's "end" message, as returned by WorkerPool._next
 # Seconds a closing pool waits for its stand-ins (they stop at once when cancelled).
@@ -58,7 +57,7 @@ class WorkerPool(AsyncResource):
             (:func:`astream._sampling.order.round_robin` of the plan); a worker that ends
             before its share raises :class:`WorkerError`. ``None``: round-robin over
             whatever each worker produces.
-        start: how processes start (:func:`astream._dataset.startup.decide_start`).
+        start: how processes start (:func:`astream._dataset.workers.startup.decide_start`).
         crew: where processes are kept between epochs (persistent workers); the pool
             reuses its running ones and gives back those that ended cleanly.
     """

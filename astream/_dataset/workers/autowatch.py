@@ -7,7 +7,7 @@ are read. What the process spent beside the consumer's own code — reading, dec
 take over — is the batch's production cost; the consumer's time between two batches,
 less what it waited, its step. (An ``async for`` consumer shares its thread with the
 reader: the CPU its thread spent while it waited for a batch counts as production.)
-The choice itself is :func:`astream._dataset.autoworkers.choose_workers`.
+The choice itself is :func:`astream._dataset.workers.autoworkers.choose_workers`.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from typing import Any
 
 import numpy as np
 
-from astream._dataset.autoworkers import OBSERVED, WorkerChoice, choose_workers, usable_cores
+from astream._dataset.workers.autoworkers import OBSERVED, WorkerChoice, choose_workers, usable_cores
 
 __all__ = ["CostWatch", "batch_bytes"]
 

@@ -24,7 +24,7 @@ class WorkerJob(Protocol):
     """What a worker runs: picklable, opened once per worker in the worker itself.
 
     ``start_at``, when given, is asked once before the first batch how many batches to
-    skip (``-1``: all); see :mod:`astream._dataset.handoff`.
+    skip (``-1``: all); see :mod:`astream._dataset.workers.handoff`.
     """
 
     def open(
