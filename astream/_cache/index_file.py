@@ -7,11 +7,12 @@ renamed into place, so a crash never leaves a truncated index that a later run t
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import os
 import warnings
 
-from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index
+from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index, ShardInfo
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
@@ -61,8 +62,11 @@ async def load_index(
         )
         have_local = await loop.run_in_executor(None, os.path.exists, local_index)
         if not same and (download or not have_local):
+            before = await loop.run_in_executor(None, _read_quietly, local_index) if have_local else None
+            fetched = False
             try:
                 await _fetch(remote_index, local_index, storage, pool)
+                fetched = True
             except DownloadError as exc:
                 if not have_local:
                     raise
@@ -74,7 +78,48 @@ async def load_index(
                 raise
             except OSError as exc:
                 _local_refused(local_index, have_local, exc)
+            if fetched and before is not None:  # over the cache's copy: what changed is stale
+                return await loop.run_in_executor(None, _forget_changed, local_root, local_index, before)
     return await loop.run_in_executor(None, Index.load, local_index)
+
+
+def _read_quietly(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as fh:
+            return fh.read(MAX_INDEX_BYTES + 1)
+    except OSError:
+        return None
+
+
+def _forget_changed(local_root: str, local_index: str, before: bytes) -> Index:
+    """The index just fetched over ``before`` (the cache's copy); the cached files of every
+    shard whose entry changed (size or digest: the remote's data was rewritten) are removed,
+    so none is served by its name and size under an index that no longer describes it."""
+    with open(local_index, "rb") as fh:
+        data = fh.read(MAX_INDEX_BYTES + 1)
+    index = Index.from_bytes(data, local_index)
+    if data == before:
+        return index
+    try:
+        old = {s.raw_data.basename: s for s in Index.from_bytes(before, local_index).shards}
+    except AstreamError:
+        old = {}  # a copy that does not parse describes nothing: the scan's size check decides
+    for shard in index.shards:
+        was = old.get(shard.raw_data.basename)
+        if was is None or _same_entry(was, shard):
+            continue
+        for info in (was.raw_data, was.zip_data, was.raw_meta, was.zip_meta):
+            if info is not None:
+                with contextlib.suppress(FileNotFoundError):
+                    os.unlink(os.path.join(local_root, *info.basename.split("/")))
+    return index
+
+
+def _same_entry(a: ShardInfo, b: ShardInfo) -> bool:
+    return all((x is None and y is None) or (x is not None and y is not None and x.basename == y.basename
+                                              and x.bytes == y.bytes and x.hashes == y.hashes)
+               for x, y in ((a.raw_data, b.raw_data), (a.zip_data, b.zip_data), (a.raw_meta, b.raw_meta),
+                            (a.zip_meta, b.zip_meta)))
 
 
 async def _fetch(url: str, local_index: str, storage: Storage | None, pool: StoragePool | None) -> None:

@@ -14,6 +14,7 @@ import contextlib
 import glob
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -144,6 +145,27 @@ def test_a_changed_local_copy_of_the_remote_is_served_as_its_index_says(tmp_path
             assert fresh.stats().hash_failures == 1
         finally:
             fresh.close()
+
+
+def test_a_remote_rewritten_since_the_cache_was_filled_is_served_as_its_new_index_says(
+    tmp_path: Path, remotes: dict[str, Path]
+) -> None:
+    """Same shard names and sizes, new samples (the remote's data was written again): the
+    shards whose index entry changed are dropped from the cache when the new index comes,
+    so their old bytes are never served under it, with or without validate_hash."""
+    remote, local = tmp_path / "remote", str(tmp_path / "cache")
+    _write(remote, 0, hashes=["xxh64"])
+    with LoopbackServer(str(remote)) as server:
+        first = StreamingDataset(remote=server.url, local=local)
+        assert sorted(_ids(first)) == list(range(N))
+        first.close()
+        shutil.rmtree(remote)
+        _write(remote, 50_000, hashes=["xxh64"])  # the same names and sizes, other samples
+        second = StreamingDataset(remote=server.url, local=local)
+        try:
+            assert sorted(_ids(second)) == list(range(50_000, 50_000 + N))  # (before: the old samples)
+        finally:
+            second.close()
 
 
 # -- issue 31 item 2: a cached shard that disappears ------------------------------------------------
