@@ -24,6 +24,7 @@ from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
 from astream._cache.origin import claim_folder
 from astream._cache.parquet_index import load_parquet_index
+from astream._cache.plan_states import load_plan_states, save_plan_states
 from astream._cache.wds_index import load_wds_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
@@ -38,7 +39,7 @@ from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
 from astream._dataset.observe.stats import Stats
 from astream._dataset.preopen import preopen
-from astream._dataset.reader import EpochReader
+from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
@@ -47,7 +48,7 @@ from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration
 from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
 from astream._node.provider import shard_key
-from astream._sampling.order import first_batch, worker_batches
+from astream._sampling.order import WorkerBatches, first_batch, worker_batches
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
 
@@ -234,7 +235,7 @@ class StreamingDataset(RandomAccess):
         return self.session.plan(key, lambda: cfg.epoch_plan(
             self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
             initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            workers_per_rank=workers_per_rank, batch_size=size, history=history and history[0],
+            workers_per_rank=workers_per_rank, batch_size=size, history=history,
         ))
 
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
@@ -324,8 +325,22 @@ class StreamingDataset(RandomAccess):
         workers, size, drop_last = self._warm_shape
         if workers == 1:
             plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1, batch_size=size)
-            world = self.config.world
-            worker_batches(plan, world.node, world.local_rank, 0, drop_last=drop_last)
+            self._worker_order(plan, 0, drop_last)
+
+    def _worker_order(self, plan: EpochPlan, worker: int, drop_last: bool) -> WorkerBatches:
+        """One worker's batches of ``plan``. A shuffle starts from where the node's other
+        processes found each canonical node's draws begin, and keeps what it found for them
+        (:mod:`astream._cache.plan_states`): a rank's plan then costs its own share."""
+        world = self.config.world
+        shared = plan.shuffle and plan.batching_method == "random"
+        folder = self.config.streams[0].local_dir
+        if shared and not plan.node_states:
+            plan.node_states.update(load_plan_states(folder, plan.shuffle_key))
+        known = len(plan.node_states)
+        order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+        if shared and len(plan.node_states) > known:
+            save_plan_states(folder, plan.shuffle_key, plan.node_states)
+        return order
 
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
@@ -349,8 +364,7 @@ class StreamingDataset(RandomAccess):
         """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
-        world = self.config.world
-        order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
+        order = self._worker_order(plan, worker, drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
                                        batch_transform, window=batch_size or self.config.batch_size or 1) as reader:

@@ -17,13 +17,13 @@ from typing import Any
 import numpy as np
 
 from astream._coord.client import AsyncNodeClient
-from astream._dataset.arriving import ArrivingShards
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
-from astream._dataset.peek import RemotePeek
-from astream._dataset.reader import EpochReader
-from astream._dataset.samples import SampleSteps
-from astream._dataset.shards import OpenShards
+from astream._dataset.read.arriving import ArrivingShards
+from astream._dataset.read.peek import RemotePeek
+from astream._dataset.read.reader import EpochReader
+from astream._dataset.read.samples import SampleSteps
+from astream._dataset.read.shards import OpenShards
 from astream._format.index import Index
 from astream._node.provider import shard_key, view_of
 from astream._sampling.order import WorkerBatches
@@ -115,7 +115,7 @@ class NodeSession:
             await client.aclose()
 
     def remote_peek(self) -> RemotePeek | None:
-        """Ranged reads of shards still downloading, for one reader (see :mod:`astream._dataset.peek`)."""
+        """Ranged reads of shards still downloading, for one reader (see :mod:`astream._dataset.read.peek`)."""
         if self._peek_sources is False:
             self._peek_sources = RemotePeek.sources_of(self._smap, list(self._config.streams),
                                                        network=self._network_peek)
@@ -125,7 +125,7 @@ class NodeSession:
         return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
 
     def arriving(self) -> ArrivingShards | None:
-        """Reads of shards still arriving in the cache, for one reader (see :mod:`astream._dataset.arriving`)."""
+        """Reads of shards still arriving in the cache, for one reader (see :mod:`astream._dataset.read.arriving`)."""
         if self._arriving_paths is False:
             self._arriving_paths = ArrivingShards.paths_of(self._smap, list(self._config.streams))
         paths = self._arriving_paths

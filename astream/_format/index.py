@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -287,17 +287,28 @@ class ShardInfo:
 
 @dataclass(frozen=True)
 class Index:
-    """A parsed index.json: the ordered shards of one dataset (or split)."""
+    """A parsed index.json: the ordered shards of one dataset (or split).
 
-    shards: tuple[ShardInfo, ...]
+    ``shards`` is a tuple, or a node's mapped binary index made into shards on demand
+    (:class:`~astream._format.binindex.ShardTable`, whose ``samples`` column answers the
+    sizes without making any).
+    """
+
+    shards: Sequence[ShardInfo]
     source: str = INDEX_NAME
 
     @property
     def num_samples(self) -> int:
+        column = getattr(self.shards, "samples", None)
+        if column is not None:
+            return int(column.sum())
         return sum(s.samples for s in self.shards)
 
     @property
     def shard_sizes(self) -> list[int]:
+        column = getattr(self.shards, "samples", None)
+        if column is not None:
+            return list(column.tolist())
         return [s.samples for s in self.shards]
 
     @classmethod

@@ -132,8 +132,9 @@ def round_robin(counts_per_worker: Sequence[int]) -> Int64Array:
 
 def rank_batches(plan: EpochPlan, node: int, local_rank: int, *, drop_last: bool = False) -> list[Int64Array]:
     """The global sample ids of each batch rank ``(node, local_rank)``'s loader yields, in order."""
-    per_worker = [worker_batches(plan, node, local_rank, w, drop_last=drop_last)
-                  for w in range(plan.workers_per_rank)]
+    # One shuffle of the rank's share for all its workers (each worker's own would redo it).
+    ids = plan.rank_ids(node, local_rank).reshape(plan.workers_per_rank, -1)
+    per_worker = [WorkerBatches.of(row[row >= 0], plan.batch_size, drop_last) for row in ids]
     taken = [0] * len(per_worker)
     out = []
     for w in round_robin([wb.num_batches for wb in per_worker]).tolist():

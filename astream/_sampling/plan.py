@@ -9,6 +9,7 @@ epoch's shuffle plus O(that worker's share) instead of several O(epoch) tensors.
 
 from __future__ import annotations
 
+import hashlib
 import math
 from collections.abc import Mapping, Sequence
 from functools import cached_property
@@ -140,6 +141,11 @@ class EpochPlan:
         # Per-shard counts change by epoch only when shuffling with balanced sampling (#750).
         self.epoch_seed_change = self.shuffle and self.sampling_method == "balanced"
         self._last_parts: tuple[dict[int, int], ShuffleParts] | None = None
+        # Where each canonical node's shuffle draws begin, as far as known (computed here, or
+        # given: states kept under :attr:`shuffle_key` by another process of the node). A
+        # rank then starts at its own canonical node instead of making every earlier one's
+        # draws.
+        self.node_states: dict[int, dict[str, Any]] = {}
         self._check_world()
 
     def _check_world(self) -> None:
@@ -260,6 +266,27 @@ class EpochPlan:
             parts.map_positions(positions)
         return self.resampled.to_small(positions)
 
+    def rank_ids(self, node: int, local_rank: int) -> Int64Array:
+        """One rank's ids, ``work[node, local_rank]`` (shape ``(workers, batches, batch)``),
+        computed from that rank's share alone: its partition entries, and of the shuffle only
+        the canonical nodes its workers read, from the first position any of them uses (one
+        shuffle for all its workers). Memory grows with the rank's share, not the world's;
+        time too, but for the draws of the canonical nodes before its own, which a
+        shuffle's definition makes sequential (see :mod:`astream._sampling.shuffle.nodes`).
+
+        Raises:
+            ConfigError: coordinates outside the world.
+        """
+        self._check_coords(node, local_rank, 0)
+        _, _, workers, batches, size = self.shape
+        if self.batching_method != "random":
+            return np.array(self._merged[node, local_rank], np.int64)
+        positions = np.concatenate([self.partition.worker(node, local_rank, w) for w in range(workers)])
+        parts = self._worker_shuffle(positions)
+        if parts is not None:
+            parts.map_positions(positions)
+        return self.resampled.to_small(positions).reshape(workers, batches, size)
+
     def worker_head(self, node: int, local_rank: int, worker: int, count: int) -> Int64Array:
         """The first ``count`` ids of :meth:`worker_ids`, padding dropped (fewer if it has fewer).
 
@@ -319,9 +346,19 @@ class EpochPlan:
         if cached is not None and all(k in cached[0] and cached[0][k] <= v for k, v in keep.items()):
             return cached[1]
         parts = shuffle_parts(self.shuffle_algo, self.resampled.units, c, self.shuffle_seed,
-                              self.epoch, self.shuffle_block_size, keep)
+                              self.epoch, self.shuffle_block_size, keep, self.node_states)
+        self.node_states.update(parts.node_states)
         self._last_parts = (keep, parts)
         return parts
+
+    @cached_property
+    def shuffle_key(self) -> str:
+        """What identifies this epoch's shuffle (algorithm, units, canonical nodes, seed,
+        epoch, block): the key under which :attr:`node_states` may be kept and given back."""
+        digest = hashlib.sha256(np.ascontiguousarray(self.resampled.units, "<i8").tobytes())
+        digest.update(repr((self.shuffle_algo, self.num_canonical_nodes, self.shuffle_seed, self.epoch,
+                            self.shuffle_block_size)).encode())
+        return digest.hexdigest()
 
     def rank_order(self, node: int, local_rank: int, *, drop_last: bool = False) -> Int64Array:
         """The sample ids a rank's loader returns, in order, padding dropped.

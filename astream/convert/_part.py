@@ -288,5 +288,5 @@ def _remove_empty(folder: str) -> None:
 
 def fragment_of_index(partition_id: int, index: Index, local: str | None, remote: str | None) -> PartFragment:
     """A fragment rebuilt from a part's own index.json (recovery by listing)."""
-    shards: tuple[ShardInfo, ...] = index.shards
+    shards: tuple[ShardInfo, ...] = tuple(index.shards)
     return PartFragment(partition_id, tuple(s.to_json() for s in shards), local, remote)

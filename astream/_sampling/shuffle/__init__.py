@@ -7,7 +7,8 @@ one module per family (``naive``, ``py1`` for py1s/py1b/py1br, ``py1e``, ``py2s`
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -23,7 +24,8 @@ from astream.errors import ConfigError
 __all__ = ["SHUFFLES", "ShuffleParts", "get_shuffle", "shuffle_parts"]
 
 WholeFn = Callable[[Int64Array, int, int, int, int], Int64Array]
-PartsFn = Callable[[Int64Array, int, int, int, int, Collection[int] | None], ShuffleParts]
+PartsFn = Callable[[Int64Array, int, int, int, int, Collection[int] | None, Mapping[int, dict[str, Any]] | None],
+                   ShuffleParts]
 
 # Algorithms that walk canonical nodes one by one can compute only some nodes' slices.
 _BY_NODE: dict[str, PartsFn] = {
@@ -79,11 +81,13 @@ def shuffle_parts(
     epoch: int,
     block_size: int = 1 << 18,
     keep: Collection[int] | None = None,
+    node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """Like :func:`get_shuffle`, but only the slices of the canonical nodes in ``keep``.
 
     ``keep=None`` gives the whole permutation (in ``full``). naive and py2s always compute
-    the whole permutation.
+    the whole permutation. ``node_states``: an earlier result's ``node_states`` for the same
+    arguments but ``keep`` (see :func:`~astream._sampling.shuffle.nodes.shuffle_nodes`).
 
     Raises:
         ConfigError: an unknown algorithm or an out-of-range parameter.
@@ -103,7 +107,7 @@ def shuffle_parts(
     if algo in ("py1b", "py1e") and block < 1:
         raise ConfigError(f"shuffle_block_size must be >= 1 for {algo}, got {block}")
     if algo in _BY_NODE:
-        return _BY_NODE[algo](sizes, ncn, int(seed), int(epoch), block, keep)
+        return _BY_NODE[algo](sizes, ncn, int(seed), int(epoch), block, keep, node_states)
     total = int(sizes.sum())
     bounds = total * np.arange(ncn + 1, dtype=np.int64) // ncn
     return ShuffleParts(bounds, full=_WHOLE[algo](sizes, ncn, int(seed), int(epoch), block))

@@ -15,9 +15,10 @@ from __future__ import annotations
 
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
 
 from astream._arrays import sorted_unique
 from astream._sampling.shuffle.spans import Int64Array, epoch_spans, segment_arange
@@ -57,6 +58,10 @@ class ShuffleParts:
     full: Int64Array | None = None
     parts: dict[int, Int64Array] = field(default_factory=dict)
     starts: dict[int, int] = field(default_factory=dict)
+    # The epoch generator's state where each canonical node's draws begin (those walked),
+    # as ``BitGenerator.state``: given back to :func:`shuffle_nodes`, a later computation
+    # of the same shuffle starts at its first wanted node without the draws before it.
+    node_states: dict[int, dict[str, Any]] = field(default_factory=dict)
 
     def nodes_of(self, positions: Int64Array) -> Int64Array:
         """Canonical node owning each (non-negative) position."""
@@ -91,12 +96,17 @@ def shuffle_nodes(
     epoch: int,
     visitor: NodeVisitor,
     keep: Collection[int] | None = None,
+    node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """Run the span prefix, then ``visitor`` over every canonical node in order.
 
     Args:
         keep: canonical nodes whose slice is wanted; ``None`` for the whole permutation. A
             mapping gives each node's first position wanted (relative to the node).
+        node_states: generator states where nodes' draws begin, from an earlier
+            :attr:`ShuffleParts.node_states` of *this same shuffle* (algorithm, shard sizes,
+            canonical nodes, seed, epoch, block): the nodes before a wanted node whose state
+            is known are not walked. The caller keys them (a wrong state is a wrong order).
     """
     spans, rng, _ = epoch_spans(shard_sizes, num_canonical_nodes, seed, epoch)
     visitor.before(rng, num_canonical_nodes)
@@ -108,15 +118,29 @@ def shuffle_nodes(
     if keep is None:
         ids = segment_arange(spans.begins, spans.ends)
         for node in range(num_canonical_nodes):
+            result.node_states[node] = dict(rng.bit_generator.state)
             lo, hi = span_bounds[node], span_bounds[node + 1]
             node_ids = ids[int(bounds[node]) : int(bounds[node + 1])]
             visitor.visit(rng, node, node_ids, sizes[lo:hi].tolist(), True)
         result.full = ids
         return result
     wanted = set(keep)
+    known = node_states or {}
     starts = {int(k): int(v) for k, v in keep.items() if v > 0} if isinstance(keep, Mapping) else {}
-    scratch = np.empty(int(np.diff(bounds).max(initial=0)), np.int64)
-    for node in range(num_canonical_nodes):
+    # A node nobody keeps is shuffled in one element seen through a zero stride: the same
+    # draws (a shuffle's depend only on the length), no O(node) buffer, no cache misses.
+    one = np.zeros(1, np.int64)
+    scratch = as_strided(one, shape=(int(np.diff(bounds).max(initial=0)),), strides=(0,), writeable=True)
+    later = sorted(wanted)
+    node = 0
+    while node < num_canonical_nodes:
+        ahead = next((w for w in later if w >= node), None)
+        if ahead is None:
+            break  # no wanted node left: the rest's draws change nothing
+        if ahead > node and ahead in known:
+            node = ahead
+            rng.bit_generator.state = known[ahead]
+        result.node_states[node] = dict(rng.bit_generator.state)
         lo, hi = span_bounds[node], span_bounds[node + 1]
         if node in wanted:
             node_ids = segment_arange(spans.begins[lo:hi], spans.ends[lo:hi])
@@ -128,4 +152,7 @@ def shuffle_nodes(
         else:
             length = int(bounds[node + 1] - bounds[node])
             visitor.visit(rng, node, scratch[:length], sizes[lo:hi].tolist(), False)
+        node += 1
+    if node < num_canonical_nodes:
+        result.node_states[node] = dict(rng.bit_generator.state)
     return result

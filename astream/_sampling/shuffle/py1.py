@@ -15,7 +15,8 @@ MosaicML makes, so only the Python bookkeeping around the C loops is ours.
 
 from __future__ import annotations
 
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import numpy as np
 
@@ -89,23 +90,23 @@ class _Py1br:
 
 def py1s_parts(
     shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
-    keep: Collection[int] | None = None,
+    keep: Collection[int] | None = None, node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """py1s: shuffle each span's samples in place, spans in epoch order."""
-    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1s(), keep)
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1s(), keep, node_states)
 
 
 def py1b_parts(
     shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
-    keep: Collection[int] | None = None,
+    keep: Collection[int] | None = None, node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """py1b: shuffle fixed blocks of ``block_size`` positions, restarting at each node."""
-    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1b(block_size), keep)
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1b(block_size), keep, node_states)
 
 
 def py1br_parts(
     shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
-    keep: Collection[int] | None = None,
+    keep: Collection[int] | None = None, node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """py1br: shuffle randomly sized, staggered blocks inside each canonical node."""
-    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1br(block_size), keep)
+    return shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, _Py1br(block_size), keep, node_states)

@@ -17,11 +17,13 @@ rest. Ties (degenerate cases only: the shifts are uniform doubles) fall back to 
 from __future__ import annotations
 
 import warnings
-from collections.abc import Collection
+from collections.abc import Collection, Mapping
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
 
+from astream._sampling.shuffle.draws import jitter_draws
 from astream._sampling.shuffle.nodes import ShuffleParts, shuffle_nodes
 from astream._sampling.shuffle.spans import Int64Array
 from astream._sampling.warnings import SamplingWarning
@@ -48,15 +50,15 @@ class _Py1e:
               start: int = 0) -> None:
         node_size = len(ids)
         if node_size == 0:
-            raise ConfigError(
-                f"canonical node {node} of {self.num_canonical_nodes} gets no sample: the stream "
-                f"has fewer samples than num_canonical_nodes; reduce num_canonical_nodes"
-            )
+            raise _empty_node(node, self.num_canonical_nodes)
         offset = 0
         for size in span_sizes:
             if size > 1:
                 rng.shuffle(ids[offset : offset + size])
             offset += size
+        if not kept and jitter_draws(rng, span_sizes, self.low, self.high):
+            # (the warning below is about the result: a node nobody keeps has none)
+            return
         positions = np.arange(node_size, dtype=np.float64) if kept else None
         offset = 0
         for size in span_sizes:
@@ -104,17 +106,27 @@ def tail_order(positions: npt.NDArray[np.float64], start: int) -> Int64Array | N
     return tail[order]
 
 
+def _empty_node(node: int, num_canonical_nodes: int) -> ConfigError:
+    return ConfigError(
+        f"canonical node {node} of {num_canonical_nodes} gets no sample: the stream "
+        f"has fewer samples than num_canonical_nodes; reduce num_canonical_nodes"
+    )
+
+
 def py1e_parts(
     shard_sizes: Int64Array, num_canonical_nodes: int, seed: int, epoch: int, block_size: int,
-    keep: Collection[int] | None = None,
+    keep: Collection[int] | None = None, node_states: Mapping[int, dict[str, Any]] | None = None,
 ) -> ShuffleParts:
     """Return py1e's permutation for this epoch (whole, or the nodes in ``keep``).
 
     Raises:
         ConfigError: a canonical node gets no sample (fewer samples than canonical nodes).
     """
+    total, c = int(shard_sizes.sum()), num_canonical_nodes
+    if total < c:  # some node's slice [N*p//C, N*(p+1)//C) is empty: refused whatever is kept
+        raise _empty_node(next(p for p in range(c) if total * p // c == total * (p + 1) // c), c)
     visitor = _Py1e(block_size)
-    parts = shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, visitor, keep)
+    parts = shuffle_nodes(shard_sizes, num_canonical_nodes, seed, epoch, visitor, keep, node_states)
     if visitor.block_smaller_than_shard:
         warnings.warn(
             "shuffle_block_size is smaller than some shards (py1e): those shards are not mixed "

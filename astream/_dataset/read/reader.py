@@ -8,9 +8,9 @@ agent for leases in order of their start as the consumer approaches them (at mos
 ``max_concurrency`` requests in flight); the consumer waits only for the leases its
 next batch needs, and releases each lease as soon as the sequence has passed its end.
 A batch whose shard is still arriving is read from the file being written once its
-records are there (:mod:`astream._dataset.arriving`), and checked against the installed
+records are there (:mod:`astream._dataset.read.arriving`), and checked against the installed
 file when the shard's lease resolves. Until the first batch can come from the cache, a
-batch may also be read from the remote by byte range (:mod:`astream._dataset.peek`),
+batch may also be read from the remote by byte range (:mod:`astream._dataset.read.peek`),
 whichever comes first.
 
 With a bounded cache (``bounded=True``) a reader pins only what its current batch reads
@@ -20,14 +20,13 @@ shard uses and its position instead, and the node downloads ahead and evicts by 
 use (:mod:`astream._node.provider`).
 
 Shards are read through read-only memory maps whose touched pages are handed back as
-the reader goes (:class:`~astream._dataset.shards.ResidentPages`).
+the reader goes (:class:`~astream._dataset.read.shards.ResidentPages`).
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import heapq
 import itertools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -35,20 +34,22 @@ from typing import Any
 
 import numpy as np
 import numpy.typing as npt
-import xxhash
 
 from astream._arrays import group_positions
 from astream._coord.client import AsyncNodeClient
 from astream._dataset import tuning
-from astream._dataset.ahead import DecodedAhead, decode_ahead
-from astream._dataset.arriving import ArrivingShards
-from astream._dataset.collate import collate_samples
-from astream._dataset.grouping import BatchGroups
 from astream._dataset.layout import SampleMap
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.peek import PeekedRecords, RemotePeek
-from astream._dataset.samples import SampleSteps, apply_batch_transform
-from astream._dataset.shards import OpenShards, ResidentPages, leases_of
+from astream._dataset.read.ahead import DecodedAhead, decode_ahead
+from astream._dataset.read.arriving import ArrivingShards
+from astream._dataset.read.collate import collate_samples
+from astream._dataset.read.grouping import BatchGroups
+from astream._dataset.read.installed import check_installed
+from astream._dataset.read.leases import LeaseBook
+from astream._dataset.read.ledger import ServedLedger
+from astream._dataset.read.peek import PeekedRecords, RemotePeek
+from astream._dataset.read.samples import SampleSteps, apply_batch_transform
+from astream._dataset.read.shards import OpenShards, ResidentPages
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
@@ -91,7 +92,7 @@ class EpochReader(AsyncResource):
         arriving: reads the records of shards still downloading from the cache's file
             being written (None: wait for the shard).
         steps: what each sample goes through when it must be read one by one (a
-            transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.samples`).
+            transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.read.samples`).
         batch_transform: applied to each batch once collated.
         bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
             time and report the plan and position to the node agent.
@@ -125,8 +126,10 @@ class EpochReader(AsyncResource):
         # (their pins would outlive the batch).
         self._peek = None if bounded else peek
         self._arriving = None if bounded else arriving
-        # Per lease served from a shard still arriving: the check of those samples against
-        # the installed file (its failure stops the iteration).
+        # What was served before its shard's install (the one record of it), and per lease
+        # whose shard owes something the check against the installed file (its failure
+        # stops the iteration).
+        self._ledger = ServedLedger()
         self._checks: dict[int, asyncio.Task[None]] = {}
         self._first_fetch = True
         # Read ahead only until the first batch comes from the cache: it buys the start of
@@ -142,7 +145,7 @@ class EpochReader(AsyncResource):
         self.ids = order.ids[: order.num_samples]
         self._shard, self._offset = smap.locate(self.ids)
         self._groups: BatchGroups | None = None  # made at the first batch spanning shards
-        # Batches decoded ahead (see astream._dataset.ahead): the current window, the
+        # Batches decoded ahead (see astream._dataset.read.ahead): the current window, the
         # batches the next one may take, and the position before which none is tried.
         self._ahead: DecodedAhead | None = None
         self._ahead_batches = tuning.READ_AHEAD.first_batches
@@ -150,18 +153,15 @@ class EpochReader(AsyncResource):
         self._given_predownload = predownload
         self._predownload = 1
         self._read_size = 1
-        empty = np.zeros(0, np.int64)
-        self._lease_shard, self._lease_start, self._lease_end = empty, empty, empty
+        # The leases and where their requests stand (made once one read's size is known).
+        self._book = LeaseBook(np.zeros(0, np.int64), 1, 1, bounded)
+        self._lease_shard, self._lease_start, self._lease_end = self._book.shard, self._book.start, self._book.end
         self._ready: list[asyncio.Future[str]] = []
-        self._issued = 0  # leases requested so far
         self._needed = 0  # leases the consumer has waited for
-        self._releases: list[tuple[int, int]] = []  # heap of (end, lease) for requested leases
         self._paths: dict[int, str] = {}
         self._progress = asyncio.Event()
-        self._consumed = 0
         self._slots = asyncio.Semaphore(max(1, max_concurrency))
         self._prefetch: asyncio.Task[None] | None = None
-        self._held: set[int] = set()
         self._requests: set[asyncio.Task[None]] = set()
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
 
@@ -173,10 +173,8 @@ class EpochReader(AsyncResource):
         self._read_size = read_size
         if self._bounded:
             self._window = read_size
-        # Bounded: one lease per run, so no pin outlives the batch that reads it.
-        self._lease_shard, self._lease_start, self._lease_end = leases_of(
-            self._shard, 0 if self._bounded else self._predownload
-        )
+        self._book = book = LeaseBook(self._shard, self._predownload, read_size, self._bounded)
+        self._lease_shard, self._lease_start, self._lease_end = book.shard, book.start, book.end
         loop = asyncio.get_running_loop()
         self._ready = [loop.create_future() for _ in range(len(self._lease_shard))]
         if not self._bounded:
@@ -191,7 +189,7 @@ class EpochReader(AsyncResource):
                                np.asarray(self._smap.shard_local, np.int64)[shards])
             await self._node.report_plan(self._name, uses, self._lease_start.tolist(), self._lease_end.tolist(),
                                          window=self._predownload)
-            self._node.report_progress(self._name, self._consumed)
+            self._node.report_progress(self._name, self._book.consumed)
             self._prefetch = asyncio.get_running_loop().create_task(self._run_prefetch())
 
     async def aclose(self) -> None:
@@ -202,9 +200,8 @@ class EpochReader(AsyncResource):
                 t.cancel()
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
-            for lease in sorted(self._held):
+            for lease in self._book.release_all():
                 await self._node.unpin(self._key(lease))
-            self._held.clear()
             if self._bounded:
                 self._node.report_done(self._name)
             if self._peek is not None:
@@ -223,26 +220,20 @@ class EpochReader(AsyncResource):
         return shard_key(self._smap.shard_stream[g], self._smap.shard_local[g])
 
     async def _run_prefetch(self) -> None:
-        starts = self._lease_start
-        total = len(starts)
+        book = self._book
         loop = asyncio.get_running_loop()
-        while self._issued < total:
-            lease = self._issued
-            # Bounded: only leases that start in the batch about to be read.
-            while starts[lease] > self._consumed + (self._window - 1 if self._bounded else self._predownload):
+        while not book.all_issued():
+            while not book.due():
                 self._progress.clear()
                 await self._progress.wait()
-            if self._lease_end[lease] < self._consumed:
+            if book.next_passed():
                 # Passed before it was asked for (a worker that starts mid-way): no request.
-                self._issued += 1
+                lease = book.skip()
                 if not self._ready[lease].done():
                     self._ready[lease].set_result("")
                 continue
             await self._slots.acquire()
-            self._issued += 1
-            # A lease the next read needs (at the start of an iteration: its first batch)
-            # is asked for as such: the node serves those of all its readers first.
-            first = bool(starts[lease] < self._consumed + self._read_size)
+            lease, first = book.issue()
             task = loop.create_task(self._request(lease, first))
             self._requests.add(task)
             task.add_done_callback(self._requests.discard)
@@ -260,8 +251,7 @@ class EpochReader(AsyncResource):
             if not isinstance(exc, Exception):
                 raise
         else:
-            self._held.add(lease)
-            heapq.heappush(self._releases, (int(self._lease_end[lease]), lease))
+            self._book.granted(lease)
             if not future.done():
                 future.set_result(path)
         finally:
@@ -296,8 +286,8 @@ class EpochReader(AsyncResource):
 
     async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
         """Make positions ``a:b`` readable: wait for their leases, or read the records of
-        shards still downloading from their arriving file (:mod:`astream._dataset.arriving`)
-        or the remote (:mod:`astream._dataset.peek`), whichever is first. Returns the
+        shards still downloading from their arriving file (:mod:`astream._dataset.read.arriving`)
+        or the remote (:mod:`astream._dataset.read.peek`), whichever is first. Returns the
         records read early, by shard (empty: all from the cache)."""
         self._raise_failed_checks()
         if self._ahead is not None and self._ahead.covers(a, b):
@@ -361,23 +351,23 @@ class EpochReader(AsyncResource):
         for (shard, lease), (reader, digest) in zip(pending.items(), decoded.result(), strict=True):
             samples = self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].samples
             out[shard] = PeekedRecords(reader, np.arange(samples, dtype=np.int64), [])
-            self._check_decoded(lease, shard, digest)
+            self._ledger.note_decoded(shard, digest)
+            self._owe(lease)
         return out
 
-    def _check_served(self, digests: dict[int, int], stop: int) -> None:
-        """Check each shard of ``digests`` (served before position ``stop`` from a decoding of
-        bytes with that xxh3-64) against its installed file, through its first lease."""
-        for shard, digest in digests.items():
+    def _check_served(self, served: ServedLedger, stop: int) -> None:
+        """Take over what ``served`` noted (a first batch handed out before this reader, before
+        position ``stop``), each shard checked through its first lease."""
+        self._ledger.merge(served)
+        for shard in served.shards():
             leases = np.flatnonzero((self._lease_shard == shard) & (self._lease_start < stop))
             assert len(leases), f"shard {shard} holds none of the positions before {stop}"
-            self._check_decoded(int(leases[0]), shard, digest)
+            self._owe(int(leases[0]))
 
-    def _check_decoded(self, lease: int, shard: int, digest: int) -> None:
-        """Check ``shard`` (a row group decoded from bytes whose xxh3-64 is ``digest``) against
-        its installed file once ``lease`` resolves; its failure stops the iteration."""
+    def _owe(self, lease: int) -> None:
+        """Check what the ledger holds of ``lease``'s shard once ``lease`` resolves."""
         if lease not in self._checks:
-            task = asyncio.get_running_loop().create_task(self._check(lease, functools.partial(
-                _same_bytes, digest, f"shard {shard}: its row group, served before it was installed,")))
+            task = asyncio.get_running_loop().create_task(self._check(lease))
             self._checks[lease] = task
             task.add_done_callback(functools.partial(self._check_done, lease))
 
@@ -395,7 +385,7 @@ class EpochReader(AsyncResource):
         assert arriving is not None
         # Only leases this reader asked for: its pin keeps the download going until the
         # lease resolves, and the lease's outcome is what the samples are checked against.
-        if not all(lease < self._issued and arriving.applies(shard) for shard, lease in pending.items()):
+        if not all(lease < self._book.issued and arriving.applies(shard) for shard, lease in pending.items()):
             return None
         out: dict[int, PeekedRecords] = {}
         for shard in pending:
@@ -413,48 +403,58 @@ class EpochReader(AsyncResource):
             return  # (no peek either: both need a remote and no validate_hash)
         for shard, got in records.items():
             arriving.note(shard, got)
-            lease = pending[shard]
-            if lease not in self._checks:
-                task = asyncio.get_running_loop().create_task(self._check(lease))
-                self._checks[lease] = task
-                task.add_done_callback(functools.partial(self._check_done, lease))
+            self._ledger.note_spans(shard, got.source, got.spans)
+            self._owe(pending[shard])
 
-    async def _check(self, lease: int, verify: Callable[[str], None] | None = None) -> None:
-        """Once ``lease`` resolves, check what was served of its shard early against the file
-        (``verify(path)``; by default the arriving records' spans)."""
-        arriving = self._arriving
+    async def _check(self, lease: int) -> None:
+        """Once ``lease`` resolves, check what the ledger holds of its shard against the file."""
         shard = int(self._lease_shard[lease])
-        if verify is None:
-            assert arriving is not None
-            verify = functools.partial(arriving.verify, shard)
         future = self._ready[lease]
         await asyncio.wait([future])  # (not cancelling the lease if this check is cancelled)
         try:
             path = future.result()  # a download that failed for good raises its error here
-            if not path:
-                # Passed before this reader asked for it (all of it was served early): the
-                # shard is still needed, to check what was served.
-                key = self._key(lease)
-                path = await self._node.ensure(key, pin=True)
-                try:
-                    await asyncio.to_thread(verify, path)
-                finally:
-                    await self._node.unpin(key)
-                return
         except BaseException:
-            if arriving is not None:
-                arriving.forget(shard)
+            self._forget(shard)
+            raise
+        if path:
+            await self._verify(shard, path)
+            return
+        # Passed before this reader asked for it (all of it was served early): the shard is
+        # still needed, to check what was served.
+        key = self._key(lease)
+        try:
+            path = await self._node.ensure(key, pin=True)
+        except BaseException:
+            self._forget(shard)
             raise
         try:
-            await asyncio.to_thread(verify, path)
-        except FileNotFoundError:  # removed since it was installed: the served bytes against the new copy
-            again = await self._node.refetch(self._key(lease))
-            try:
-                await asyncio.to_thread(verify, again)
-            except FileNotFoundError as exc:
-                raise ServedSamplesError(f"{again}: the shard whose samples were served early keeps vanishing "
-                                         "from the cache; those samples are unchecked: restart the epoch from its "
-                                         "last state") from exc
+            await self._verify(shard, path)
+        finally:
+            await self._node.unpin(key)
+
+    async def _verify(self, shard: int, path: str) -> None:
+        owed = self._ledger.take(shard)
+        arriving = self._arriving
+        try:
+            if owed is not None:
+                sources = {} if arriving is None else arriving.sources(shard)
+                try:
+                    await asyncio.to_thread(check_installed, owed, path, sources)
+                except ServedSamplesError as exc:
+                    if not isinstance(exc.__cause__, FileNotFoundError):
+                        raise
+                    # Removed since it was installed (a cleaner of the temporary folder): what
+                    # was served is checked against the copy the node fetches again.
+                    key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
+                    await asyncio.to_thread(check_installed, owed, await self._node.refetch(key), sources)
+        finally:
+            if arriving is not None:
+                arriving.release(shard)
+
+    def _forget(self, shard: int) -> None:
+        self._ledger.forget(shard)
+        if self._arriving is not None:
+            self._arriving.forget(shard)
 
     def _check_done(self, lease: int, task: asyncio.Task[None]) -> None:
         if not task.cancelled() and task.exception() is None:
@@ -473,13 +473,11 @@ class EpochReader(AsyncResource):
 
     async def _advance(self, position: int) -> None:
         """The consumer finished everything before ``position``: release passed leases."""
-        self._consumed = position
+        self._book.advance(position)
         self._progress.set()
         if self._bounded:
             self._node.report_progress(self._name, position)
-        while self._releases and self._releases[0][0] < position:
-            _, lease = heapq.heappop(self._releases)
-            self._held.discard(lease)
+        while (lease := self._book.next_release()) is not None:
             self._pages.release(int(self._lease_shard[lease]))
             await self._node.unpin(self._key(lease))
 
@@ -668,7 +666,7 @@ class EpochReader(AsyncResource):
 
     async def batches(
         self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
-        served_first: dict[int, int] | None = None,
+        served_first: ServedLedger | None = None,
     ) -> AsyncIterator[Any]:
         """Yield the worker's batches, as :attr:`order` bounds them.
 
@@ -676,9 +674,9 @@ class EpochReader(AsyncResource):
         read one by one and handed to ``collate`` as a list. ``start_at`` is asked once,
         before the first read, how many batches to skip (``-1``: all of them).
         ``served_first``: the first batch was handed out already, read from shards decoded
-        before their install (:mod:`astream._dataset.early`), given as shard -> xxh3-64 of
-        the bytes decoded: it is skipped, and each of those shards checked against its
-        installed file like the samples this reader serves early.
+        before their install (:mod:`astream._dataset.early`), given as what it served: it is
+        skipped, and each of those shards checked against its installed file like the
+        samples this reader serves early.
         """
         order = self.order
         bounds = order.bounds
@@ -749,17 +747,6 @@ def read_positions(shards: Int64Array, offsets: Int64Array,
     uniq = found.tolist()
     return gather_batch([source_of(g) for g in uniq], groups, [offsets[idx] for idx in groups], len(shards),
                         f"shards {uniq}")
-
-
-def _same_bytes(digest: int, what: str, path: str) -> None:
-    """Raise unless the file at ``path`` holds the bytes whose xxh3-64 is ``digest``."""
-    with open(path, "rb") as fh:
-        got = xxhash.xxh3_64_intdigest(fh.read())
-    if got != digest:
-        raise ServedSamplesError(
-            f"{path}: {what} differs from the installed file (the source changed while it was read?); "
-            "the samples handed out from it may be wrong: start the epoch again"
-        )
 
 
 def _retrieve(future: asyncio.Future[Any]) -> None:
