@@ -23,6 +23,7 @@ import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
+from astream._cache.origin import claim_folder
 from astream._cache.parquet_index import load_parquet_index
 from astream._cache.plan_states import load_plan_states, save_plan_states
 from astream._cache.wds_index import load_wds_index
@@ -352,8 +353,11 @@ class StreamingDataset(RandomAccess):
         processes found each canonical node's draws begin, and keeps what it found for them
         (:mod:`astream._cache.plan_states`): a rank's plan then costs its own share."""
         world = self.config.world
-        shared = plan.shuffle and plan.batching_method == "random"
-        folder = self.config.streams[0].local_dir
+        # Kept in a cache folder only: a local dataset's folder is the user's data (MosaicML
+        # writes nothing there either), and its processes compute their own draws.
+        first = self.config.streams[0]
+        folder = first.local_dir if first.remote is not None else ""
+        shared = bool(folder) and plan.shuffle and plan.batching_method == "random"
         if shared and not plan.node_states:
             plan.node_states.update(load_plan_states(folder, plan.shuffle_key))
         known = len(plan.node_states)
@@ -434,6 +438,9 @@ async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
 
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
+        # Whose cache the folder is, before anything of the remote comes into it (issue 31 item 1).
+        claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
+        await asyncio.get_running_loop().run_in_executor(None, claim)
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
             check_hashes_present(index, s.validate_hash)

@@ -9,20 +9,12 @@ one and for custom datasets.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
-import numpy.typing as npt
 
-from astream._arrays import group_positions
-from astream._dataset.read.peek import PeekedRecords
-from astream._format.gather import gather_batch
-from astream._format.kinds import SampleSource
-
-__all__ = ["collate_samples", "concat_batches", "read_positions"]
-
-Int64Array = npt.NDArray[np.int64]
+__all__ = ["collate_samples", "concat_batches"]
 
 _NUMERIC_SCALARS = (int, float, bool, np.generic)
 
@@ -70,15 +62,3 @@ def concat_batches(parts: Sequence[dict[str, np.ndarray | list[Any]]]) -> dict[s
             joined.extend(list(c))
         out[key] = joined
     return out
-
-
-def read_positions(shards: Int64Array, offsets: Int64Array,
-                   source_of: Callable[[int], SampleSource | PeekedRecords]) -> dict[str, Any]:
-    """The batch of records ``offsets`` of ``shards`` (position by position), each shard read
-    through ``source_of(shard)``: one ``get_batch`` for one shard, else one gather."""
-    if shards[0] == shards[-1] and (shards == shards[0]).all():
-        return source_of(int(shards[0])).get_batch(offsets)
-    found, groups = group_positions(shards)
-    uniq = found.tolist()
-    return gather_batch([source_of(g) for g in uniq], groups, [offsets[idx] for idx in groups], len(shards),
-                        f"shards {uniq}")

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import numpy as np
@@ -33,8 +33,10 @@ from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
 from astream._dataset.observe.timings import STAGES
 from astream._dataset.quarantine import BadSample, BadSamplePolicy, Substituted
-from astream._dataset.read.collate import collate_samples, read_positions
+from astream._dataset.read.assembly import Assembly, read_positions
+from astream._dataset.read.collate import collate_samples
 from astream._dataset.read.peek import PeekedRecords
+from astream._dataset.read.requests import LeaseRequests
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards
 from astream._format.kinds import SampleSource
@@ -56,19 +58,17 @@ class ReaderSide:
     :class:`~astream._dataset.read.reader.EpochReader`, whose state it names here."""
 
     ids: Int64Array  # the worker's sequence of global sample ids
-    _dropped: frozenset[int] = frozenset()  # shards whose lease failed for bad data: never read
-    _unleased: Int64Array | None = None  # positions known bad whose shard no lease holds
+    _unleased: Int64Array | None = None  # positions never read (known bad, or of a lost shard)
+    _at = 0  # the first position of the batch being read
     _shard: Int64Array
     _offset: Int64Array
     _steps: SampleSteps | None
     _batch_transform: Callable[[Any], Any] | None
-    _needed: int
-    _lease_start: Int64Array
-    _lease_shard: Int64Array
-    _ready: list[asyncio.Future[str]]
     _smap: SampleMap
     _node: AsyncNodeClient
     _shards: OpenShards
+    _leases: LeaseRequests
+    _assembly: Assembly
 
     async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
         raise NotImplementedError
@@ -77,7 +77,7 @@ class ReaderSide:
                      k: int | None = None) -> Any:
         raise NotImplementedError
 
-    def _reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> SampleSource | PeekedRecords:
+    async def _read(self, read: Callable[..., Awaitable[Any]], a: int, b: int, *extra: Any) -> Any:
         raise NotImplementedError
 
     async def _samples(self, a: int, b: int, peeked: dict[int, PeekedRecords]) -> list[Any]:
@@ -86,17 +86,18 @@ class ReaderSide:
     def rows(self, positions: Int64Array, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
         """Positions ``positions`` as one batch, read column-wise."""
         return read_positions(self._shard[positions], self._offset[positions],
-                              functools.partial(self._reader, peeked=peeked))
+                              functools.partial(self._assembly.reader, peeked=peeked))
 
     @property
     def shards_of(self) -> Int64Array:
         return self._shard
 
-    def _before_unleased(self, a: int, stop: int) -> int:
-        """``stop``, or the first position at or after ``a`` that is known bad and unleased
-        (a window of batches decoded at once must end before it)."""
+    def _readable_until(self, stop: int) -> int:
+        """The leases' answer, or the first position from the current batch on that is never
+        read (a window of batches decoded at once must end before it: its shard has no path)."""
+        stop = self._leases.readable_until(stop)
         unleased = self._unleased
-        if unleased is not None and (nxt := int(np.searchsorted(unleased, a))) < len(unleased):
+        if unleased is not None and (nxt := int(np.searchsorted(unleased, self._at))) < len(unleased):
             return min(stop, int(unleased[nxt]))
         return stop
 
@@ -104,32 +105,34 @@ class ReaderSide:
         return await self._fetch(a, b)
 
     async def batch(self, a: int, b: int, peeked: dict[int, PeekedRecords], collate: Any, k: int | None) -> Any:
-        return await self._batch(a, b, peeked, collate, k)
+        self._at = a
+        return await self._read(self._batch, a, b, collate, k)  # (the reader's path, its refetch too)
 
     def drop_failed(self, stop: int, accept: Callable[[BaseException], bool]) -> dict[int, BaseException]:
         """Leases starting before ``stop`` whose request failed with an error ``accept``
         takes: each is marked passed (its shard is never read), its shard returned with it."""
         out: dict[int, BaseException] = {}
         loop = asyncio.get_running_loop()
-        starts = self._lease_start
-        for lease in range(self._needed, len(starts)):
-            if starts[lease] >= stop:
+        leases = self._leases
+        for lease in range(len(leases.book)):
+            if leases.book.start[lease] >= stop:
                 break
-            future = self._ready[lease]
+            future = leases.ready[lease]
             if future.done() and not future.cancelled() and (exc := future.exception()) is not None and accept(exc):
                 passed: asyncio.Future[str] = loop.create_future()
                 passed.set_result("")
-                self._ready[lease] = passed
-                shard = int(self._lease_shard[lease])
-                self._dropped = self._dropped | {shard}
+                leases.ready[lease] = passed
+                shard = int(leases.book.shard[lease])
+                lost = np.flatnonzero(self._shard == shard)
+                self._unleased = lost if self._unleased is None else np.union1d(self._unleased, lost)
                 out[shard] = exc
         return out
 
     def open_source(self, shard: int, peeked: dict[int, PeekedRecords]) -> SampleSource | PeekedRecords:
-        return self._reader(shard, peeked)
+        return self._assembly.reader(shard, peeked)
 
     def record(self, position: int, peeked: dict[int, PeekedRecords]) -> dict[str, Any]:
-        return self._reader(int(self._shard[position]), peeked).get(int(self._offset[position]))
+        return self._assembly.reader(int(self._shard[position]), peeked).get(int(self._offset[position]))
 
     async def sample(self, position: int, peeked: dict[int, PeekedRecords]) -> Any:
         return (await self._samples(position, position + 1, peeked))[0]
