@@ -122,9 +122,8 @@ class EpochReader(AsyncResource, ReaderSide):
         self._window = max(1, window)
         # Bounded: no reading ahead by range, whose batches pass leases still in flight
         # (their pins would outlive the batch). Skip mode: only installed shards (see substitutes).
-        early = not bounded and bad_samples is None
-        self._peek = peek if early else None
-        self._arriving = arriving if early else None
+        self._peek = None if bounded or bad_samples else peek
+        self._arriving = None if bounded or bad_samples else arriving
         # What was served before its shard's install (the one record of it, its ledger), and
         # the check of it against the installed file (its failure stops the iteration).
         self._checks = ServedChecks(node, self._arriving, lambda lease: self._leases.key(lease))
@@ -135,14 +134,13 @@ class EpochReader(AsyncResource, ReaderSide):
         self.ids = order.ids[: order.num_samples]
         self._shard, self._offset = smap.locate(self.ids)
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
-        self._substitutes = None if bad_samples is None else Substitutes(self, bad_samples[0], smap, bad_samples[1])
-        leased = self._shard if self._substitutes is None else self._substitutes.lease_shards(self._shard)
+        self._substitutes, leased = Substitutes.attach(self, bad_samples, smap)  # (None and the shards: raise)
         # The leases, asked for ahead of the consumer and released behind it.
         self._leases = LeaseRequests(node, smap, leased, predownload, max_concurrency, self._pages, bounded)
         self._assembly = Assembly(smap, shards, order.bounds, self._shard, self._offset, self._pages,
                                   self._leases.paths, bounded, self._readable_until)
         self._early = EarlyReads(smap, self._shard, self._offset, self._leases, self._checks, shards, peek,
-                                 arriving, not early)
+                                 arriving, bounded or bad_samples is not None)
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence (and, unbounded, start asking for it), once one read's size is known."""
@@ -257,11 +255,10 @@ class EpochReader(AsyncResource, ReaderSide):
         if first:
             await self._leases.advance(int(bounds[min(first, order.num_batches)]))
         await self._leases.start()
-        substitutes = self._substitutes  # (skip mode: the one point where bad samples are replaced)
-        for k in range(first, order.num_batches):
+        for k in range(first, order.num_batches):  # (skip mode: substitutes, the one point where bad samples go)
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = (await self._read(self._batch, a, b, collate, k) if substitutes is None
-                     else await substitutes.batch(a, b, collate, k))  # (batch k of the order)
+            batch = (await self._read(self._batch, a, b, collate, k) if (subs := self._substitutes) is None
+                     else await subs.batch(a, b, collate, k))  # (batch k of the order)
             if not self._assembly.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._leases.advance(b)

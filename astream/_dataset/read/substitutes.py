@@ -204,6 +204,16 @@ class Substitutes:
         shard, _ = self._smap.locate_one(sample)
         return self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]].raw_data.basename
 
+    @classmethod
+    def attach(cls, reader: ReaderSide, bad_samples: BadSamples | None,
+               smap: SampleMap) -> tuple[Substitutes | None, Int64Array]:
+        """The reader's substitutes (None with ``on_bad_sample="raise"``) and the shard to
+        lease for each of its positions (:meth:`lease_shards`)."""
+        if bad_samples is None:
+            return None, reader._shard
+        subs = cls(reader, bad_samples[0], smap, bad_samples[1])
+        return subs, subs.lease_shards(reader._shard)
+
     def lease_shards(self, shards: Int64Array) -> Int64Array:
         """The shard to lease for each position: its own, except for positions known to be bad
         (never read), which take the one before them (so they ask for nothing of their own).
