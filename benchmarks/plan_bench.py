@@ -4,10 +4,12 @@ Each case is a fresh process (its peak RSS its own): the whole world's sample id
 epoch (``work``: astream's ``EpochPlan.work()``, mosaicml's ``generate_work`` steps for
 ``random`` batching), one worker's (``worker``: astream's ``EpochPlan.worker_ids``) and the
 shuffle alone (``shuffle``), over ``--samples`` samples in ``--shards`` uneven shards; the
-digests of both libraries' ids must be equal.
+digests of both libraries' ids must be equal. ``--what remix`` (astream alone): one worker's
+ids of an epoch whose mixture changed twice, its earlier segments replayed (issue 36).
 
     python benchmarks/plan_bench.py --runs 3                 # 100M samples in 100k shards
     python benchmarks/plan_bench.py --samples 10_000_000 --shards 10_000
+    python benchmarks/plan_bench.py --libs astream --what worker remix --samples 10_000_000 --shards 10_000
 """
 
 from __future__ import annotations
@@ -25,12 +27,13 @@ def main() -> None:
     p = parser(__doc__, "plan", libs=("astream", "mosaicml"))
     p.add_argument("--samples", type=lambda s: int(s.replace("_", "")), default=100_000_000)
     p.add_argument("--shards", type=int, default=100_000)
-    p.add_argument("--what", nargs="*", default=["work", "worker", "shuffle"], choices=("work", "worker", "shuffle"))
+    p.add_argument("--what", nargs="*", default=["work", "worker", "shuffle"],
+                   choices=("work", "worker", "shuffle", "remix"))
     args = p.parse_args()
     bench = Bench("plan", args)
     for what in args.what:
         for side in args.libs:
-            if not (side == "mosaicml" and what == "worker"):
+            if not (side == "mosaicml" and what in ("worker", "remix")):
                 bench.add({"what": what}, side, "plans", "plan",
                           {"lib": side, "what": what, "samples": int(args.samples * args.scale), "shards": args.shards})
     bench.run()

@@ -227,7 +227,7 @@ class ShardSink(BufferedSink):
     def _reset(self) -> None:
         # New files, never the old ones rewritten: a temporary's bytes, once written, never
         # change, so a reader that read them from the file that becomes the final one read
-        # the final bytes (astream._dataset.arriving relies on it).
+        # the final bytes (astream._dataset.read.arriving relies on it).
         self._close_files()
         self._remove_files()
         self.raw_tmp = temp_name(self.raw_path)

@@ -194,7 +194,7 @@ class Installation:
             # The slot goes as soon as the bytes are in: the end of the decoding, the
             # durability marker and the rename are not the link's business, and readers
             # do not wait for them (they read the file as it arrives, see
-            # astream._dataset.arriving), so the next transfer starts at once.
+            # astream._dataset.read.arriving), so the next transfer starts at once.
             async with self._slots.hold(priority):
                 self._wake()
                 began = time.perf_counter()

@@ -4,7 +4,7 @@ checks of the indexes it takes.
 :class:`RandomAccess` is the part of ``StreamingDataset`` a subclass hooks into, as with
 MosaicML: ``__getitem__`` (the stored sample with ``transform`` applied) over
 ``get_item`` (the stored sample). Iteration goes through the same two methods whenever
-either is overridden or a transform is set (see :mod:`astream._dataset.samples`).
+either is overridden or a transform is set (see :mod:`astream._dataset.read.samples`).
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ import numpy as np
 
 from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.samples import SampleSteps, read_inline
 from astream._dataset.runtime import portal
-from astream._dataset.samples import SampleSteps, read_inline
 from astream._dataset.session import NodeSession
 from astream._format.selection import MANY, sub_indexes
 from astream.errors import ConfigError, SampleIndexError

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,6 +25,7 @@ from astream._dataset.mixture import (
     MixtureHistory,
     StreamEntry,
     place_digest,
+    plan_changed,
     stream_key,
 )
 from astream._dataset.state import dataset_fingerprint
@@ -40,7 +41,7 @@ from astream._sampling.defaults import (
 )
 from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
-from astream._sampling.remix import Mixture, mixed_plan
+from astream._sampling.remix import Mixture, Seen
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.registry import configure
 from astream._units import parse_bytes, parse_count
@@ -180,10 +181,11 @@ class DatasetConfig:
     def epoch_plan(
         self, shard_sizes: Sequence[Any], *, num_canonical_nodes: int | None, shuffle_seed: int,
         initial_physical_nodes: int | None, epoch: int, sample_in_epoch: int, workers_per_rank: int,
-        batch_size: int, history: Sequence[Mixture] | None = None,
+        batch_size: int, history: tuple[Sequence[Mixture], str, MutableMapping[Hashable, Seen]] | None = None,
     ) -> EpochPlan:
         """The plan of one epoch for these parameters and the run values given; with the
-        ``history`` of an epoch whose mixture changed, of its current segment (see remix.py)."""
+        ``history`` of an epoch whose mixture changed (its digest, and where what its earlier
+        segments delivered is kept), of its current segment (see remix.py)."""
         options = PlanOptions(
             batch_size=batch_size, shuffle=self.shuffle, shuffle_algo=self.shuffle_algo, shuffle_seed=shuffle_seed,
             num_canonical_nodes=num_canonical_nodes, shuffle_block_size=self.shuffle_block_size,
@@ -194,7 +196,8 @@ class DatasetConfig:
             sampling_granularity=self.sampling_granularity, batching_method=self.batching_method,
         )
         if history:
-            return mixed_plan(history, options)
+            mixtures, token, seen = history
+            return plan_changed(mixtures, token, options, seen)
         return EpochPlan.of(
             [{"shard_sizes": sizes, "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
              for s, sizes in zip(self.streams, shard_sizes, strict=True)], options)
@@ -204,11 +207,12 @@ class DatasetConfig:
         streams: dict[str, StreamEntry] = {}
         weights = []
         for s, index in zip(self.streams, indexes, strict=True):
-            key = base = stream_key([_shard_identity(sh) for sh in index.shards])
-            while key in streams:  # the same shards twice: each occurrence its own stream
-                key = f"{base}#{len(streams)}"
             where = s.remote or s.local_dir
-            streams[key] = StreamEntry(key, place_digest(where, s.split), tuple(sh.samples for sh in index.shards),
+            place = place_digest(where, s.split)
+            key = base = stream_key([_shard_identity(sh) for sh in index.shards], place)
+            while key in streams:  # the same stream twice: each occurrence its own
+                key = f"{base}#{len(streams)}"
+            streams[key] = StreamEntry(key, place, tuple(sh.samples for sh in index.shards),
                                        name=f"{where}{'/' + s.split if s.split else ''}")
             kind = next((w for w in WEIGHTS if getattr(s, w) is not None), None)
             weights.append((kind, None if kind is None else getattr(s, kind)))

@@ -22,6 +22,7 @@ import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
+from astream._cache.origin import claim_folder
 from astream._cache.parquet_index import load_parquet_index
 from astream._cache.plan_states import load_plan_states, save_plan_states
 from astream._cache.wds_index import load_wds_index
@@ -38,7 +39,7 @@ from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
 from astream._dataset.observe.stats import Stats
 from astream._dataset.preopen import preopen
-from astream._dataset.reader import EpochReader
+from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
@@ -234,7 +235,7 @@ class StreamingDataset(RandomAccess):
         return self.session.plan(key, lambda: cfg.epoch_plan(
             self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
             initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            workers_per_rank=workers_per_rank, batch_size=size, history=history and history[0],
+            workers_per_rank=workers_per_rank, batch_size=size, history=history,
         ))
 
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
@@ -409,6 +410,9 @@ async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
 
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
+        # Whose cache the folder is, before anything of the remote comes into it (issue 31 item 1).
+        claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
+        await asyncio.get_running_loop().run_in_executor(None, claim)
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
             check_hashes_present(index, s.validate_hash)

@@ -12,7 +12,7 @@ cores, where every one of those steps takes the interpreter lock from the decode
 thread as soon as they are done, the node's start held meanwhile. The iteration (joining
 the node, the barrier, the reader) starts after it, while the caller trains on it, and is
 told to skip that batch and to check what it was made of
-(:meth:`~astream._dataset.reader.EpochReader.batches`, ``served_first``).
+(:meth:`~astream._dataset.read.reader.EpochReader.batches`, ``served_first``).
 
 How it stays exact:
 
@@ -20,9 +20,10 @@ How it stays exact:
   iteration's reader then reads, from the plan of the loaded state's epoch and sample
   (:func:`~astream._sampling.order.first_batch` computes only that batch where the plan
   allows it), read by the reader's own function
-  (:func:`~astream._dataset.reader.read_positions`);
-- every row group it was read from is checked against the file the agent installs (the
-  xxh3 of the bytes decoded): a difference raises
+  (:func:`~astream._dataset.read.assembly.read_positions`);
+- every row group it was read from is noted in a
+  :class:`~astream._dataset.read.ledger.ServedLedger` (the xxh3 of the bytes decoded), which
+  the reader takes over and checks against the file the agent installs: a difference raises
   :class:`~astream.errors.ServedSamplesError` at a later batch, as for every sample
   served before its shard was installed;
 - if the node begins another epoch or position than the state's (ranks of one node that
@@ -50,8 +51,9 @@ import numpy as np
 import numpy.typing as npt
 
 from astream._dataset.layout import SampleMap
-from astream._dataset.reader import read_positions
-from astream._dataset.shards import Decoded, OpenShards
+from astream._dataset.read.assembly import read_positions
+from astream._dataset.read.ledger import ServedLedger
+from astream._dataset.read.shards import Decoded, OpenShards
 from astream.errors import StateError
 
 __all__ = ["EarlyBatch", "EarlyFirst", "ServedFirst", "check_began", "early_first_batch"]
@@ -74,12 +76,12 @@ class ServedFirst:
     Attributes:
         epoch: the loaded state's epoch, which the iteration must begin.
         offset: its ``sample_in_epoch``, where the iteration must start.
-        digests: per global shard the batch was read from, the xxh3-64 of the bytes decoded.
+        served: what the batch was read from (per global shard, the decoding's digest).
     """
 
     epoch: int
     offset: int
-    digests: dict[int, int]
+    served: ServedLedger
 
 
 @dataclass(frozen=True)
@@ -138,8 +140,10 @@ class EarlyFirst:
             return None
         decoded = {shard: offered.result() for shard, offered in offers.items()}
         batch = read_positions(self._where, self._offsets, lambda shard: decoded[shard][0])
-        digests = {shard: digest for shard, (_, digest) in decoded.items()}
-        return EarlyBatch(batch, ServedFirst(self._epoch, self._offset, digests))
+        served = ServedLedger()
+        for shard, (_, digest) in decoded.items():
+            served.note_decoded(shard, digest)
+        return EarlyBatch(batch, ServedFirst(self._epoch, self._offset, served))
 
 
 def early_first_batch(epoch: int, offset: int, ids: Int64Array, smap: SampleMap,

@@ -34,9 +34,9 @@ from astream._dataset.observe.progress import ProgressBar
 from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.observe.stats import ConsumerCounters, Stats
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.reader import EpochReader, StartAt
+from astream._dataset.read.reader import EpochReader, StartAt
+from astream._dataset.read.samples import apply_batch_transform
 from astream._dataset.runtime import portal
-from astream._dataset.samples import apply_batch_transform
 from astream._dataset.workers.autowatch import CostWatch
 from astream._dataset.workers.autoworkers import WorkerChoice
 from astream._dataset.workers.crew import Crew
@@ -309,7 +309,7 @@ class Loader:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
         if config.num_workers == 0:
             async with _open_reader(ds, epoch, offset, 0, config) as reader:
-                batches = reader.batches(config.collate_fn, served_first=None if served is None else served.digests)
+                batches = reader.batches(config.collate_fn, served_first=None if served is None else served.served)
                 yield self._counted(batches) if count else batches
             return
         assert served is None  # (taken only without workers)

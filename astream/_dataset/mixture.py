@@ -1,8 +1,8 @@
 """The mixture history in a resumable state, and what a resume under another mixture does.
 
 A state records, besides MosaicML's five keys, the mixtures of its epoch under
-``astream_mixtures``: each stream once (a digest of its shards as its key, a digest of
-where it lives, its shard sizes run-length encoded: a removed stream's plan must still be
+``astream_mixtures``: each stream once (its key: digests of its shards and of where it
+lives; its shard sizes run-length encoded: a removed stream's plan must still be
 recomputed), and per mixture its weights, ``epoch_size`` and the sample it took over at.
 No per-sample list: what each mixture delivered is recomputed from the plans
 (:mod:`astream._sampling.remix`). The record of an epoch whose mixture never changed is
@@ -10,21 +10,24 @@ one mixture starting at 0; MosaicML's keys are untouched.
 
 :func:`continue_history` is the one decision a ``load_state_dict`` makes about a changed
 mixture (``on_mixture_change``): refuse it, or append the dataset's mixture at the state's
-position. The plan follows from the history alone, so every rank and worker agrees.
+position. The plan follows from the history alone, so every rank and worker agrees. :func:`align` first
+finds the state's streams among the dataset's.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+import os
+from collections.abc import Hashable, Mapping, MutableMapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
 import xxhash
 
+from astream._sampling.options import PlanOptions
 from astream._sampling.plan import EpochPlan
-from astream._sampling.remix import Mixture, RemainderPlan
+from astream._sampling.remix import Mixture, RemainderPlan, Seen, mixed_plan, seen_before
 from astream._sampling.streams import StreamSpec
 from astream.errors import StateError
 
@@ -33,22 +36,30 @@ __all__ = [
     "MixtureEntry",
     "MixtureHistory",
     "StreamEntry",
+    "align",
     "continue_history",
     "mixture_report",
+    "pack_seen",
+    "plan_changed",
     "stream_key",
+    "unpack_seen",
 ]
 
 MIXTURE_KEY = "astream_mixtures"
 WEIGHTS = ("proportion", "repeat", "choose")
 
 
-def stream_key(shard_identities: Sequence[Sequence[Any]]) -> str:
-    """A stream's key across mixtures: a digest of its shards (names, sample counts, bytes)."""
-    return xxhash.xxh64(json.dumps([list(s) for s in shard_identities]).encode()).hexdigest()
+def stream_key(shard_identities: Sequence[Sequence[Any]], place: str) -> str:
+    """A stream's key across mixtures: a digest of its shards (names, sample counts, bytes)
+    and where it lives (see :func:`align`)."""
+    return xxhash.xxh64(json.dumps([list(s) for s in shard_identities]).encode()).hexdigest() + "@" + place
 
 
 def place_digest(where: str, split: str | None) -> str:
-    """A digest of where a stream lives (never the URL itself: it may carry a token)."""
+    """A digest of where a stream lives (never the URL itself: it may carry a token); a local
+    path counts absolute, so that ``./web`` and ``/data/web`` are one place."""
+    if "://" not in where:
+        where = os.path.abspath(where)
     return xxhash.xxh64(f"{where.rstrip('/')}|{split or ''}".encode()).hexdigest()[:8]
 
 
@@ -60,6 +71,11 @@ class StreamEntry:
     place: str
     shard_sizes: tuple[int, ...]
     name: str = ""  # how messages name it: only known for the dataset's own streams
+
+    @property
+    def content(self) -> str:
+        """The digest of its shards alone (the key without the place)."""
+        return self.key.split("@", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
         runs: list[list[int]] = []
@@ -164,34 +180,58 @@ class MixtureHistory:
         return xxhash.xxh64(json.dumps(self.to_dict(), sort_keys=True).encode()).hexdigest()
 
 
-def continue_history(saved: MixtureHistory, current: MixtureHistory, position: int) -> MixtureHistory:
-    """The history of a state saved under ``saved`` resumed at ``position`` by a dataset whose
-    mixture is ``current`` (a one-mixture history): ``current`` takes over at ``position``.
+def align(saved: MixtureHistory, current: MixtureHistory) -> MixtureHistory:
+    """``current`` (the dataset's one mixture) with its streams known by the state's keys.
+
+    A key is a digest of the stream's shards (names, sample counts, bytes) and of where it
+    lives, since two streams' shards may look alike. A stream found at another place with
+    the same shards, where exactly one stream of the state has them, is that stream (a
+    dataset copied elsewhere); one at a place the state knows, with other shards, changed.
 
     Raises:
-        StateError: a stream of the dataset lives where a stream of the state lived but its
-            shards or sample counts changed (it cannot continue: what it delivered is unknown).
+        StateError: a stream changed since the state was saved (what it already delivered
+            is unknown), or one that moved could be either of several streams of the state.
     """
     now = current.mixtures[-1]
+    known = set(now.keys) & set(saved.streams)
+    rename: dict[str, str] = {}
     for key in now.keys:
         stream = current.streams[key]
-        if key in saved.streams:
+        if key in known:
             continue
         for old in saved.streams.values():
-            if old.place == stream.place and old.key not in now.keys:
+            if old.place == stream.place and old.key not in known:
                 raise StateError(
                     f"stream {stream.name or key} changed since this state was saved: its shards or sample "
                     f"counts differ ({len(old.shard_sizes)} shards of {sum(old.shard_sizes)} samples then, "
                     f"{len(stream.shard_sizes)} of {sum(stream.shard_sizes)} now), so what it already delivered "
                     "this epoch is unknown; restore its shards, or start a fresh epoch instead of resuming"
                 )
+        alike = [old.key for old in saved.streams.values()
+                 if old.content == stream.content and old.key not in known and old.key not in rename.values()]
+        if len(alike) > 1:
+            raise StateError(
+                f"stream {stream.name or key} holds the same shards as {len(alike)} streams of this state and is "
+                "not where any of them was; give it the place it had when the state was saved"
+            )
+        if alike:
+            rename[key] = alike[0]
+    if not rename:
+        return current
+    streams = {rename.get(k, k): replace(s, key=rename.get(k, k)) for k, s in current.streams.items()}
+    return MixtureHistory(streams, (replace(now, keys=tuple(rename.get(k, k) for k in now.keys)),))
+
+
+def continue_history(saved: MixtureHistory, current: MixtureHistory, position: int) -> MixtureHistory:
+    """The history of a state saved under ``saved`` resumed at ``position`` by a dataset whose
+    mixture is ``current`` (one mixture, :func:`align`-ed): ``current`` takes over at ``position``."""
+    now = current.mixtures[-1]
     kept = tuple(m for m in saved.mixtures if m.start < position) if position else ()
     if kept and kept[-1].same_mixture(now):  # (the same mixture again: nothing changes there)
         mixtures = kept
     else:
         mixtures = (*kept, MixtureEntry(now.keys, now.weights, now.epoch_size, position))
-    streams = {**saved.streams, **current.streams}
-    return MixtureHistory(streams, mixtures)
+    return MixtureHistory({**saved.streams, **current.streams}, mixtures)
 
 
 def mixture_report(history: MixtureHistory, plan: EpochPlan, epoch: int) -> dict[str, Any]:
@@ -209,3 +249,29 @@ def mixture_report(history: MixtureHistory, plan: EpochPlan, epoch: int) -> dict
                                                  strict=True)]
     return {"epoch": epoch, "changes": [m.start for m in history.mixtures[1:]], "samples": seg.size,
             "streams": rows}
+
+
+def plan_changed(history: Sequence[Mixture], token: str, options: PlanOptions,
+                 cache: MutableMapping[Hashable, Seen]) -> EpochPlan:
+    """``mixed_plan`` of a changed epoch, its earlier segments replayed once per history.
+
+    Replaying them costs their shuffles (O(epoch)), and one resume asks for plans of several
+    shapes (the check at ``load_state_dict``, the warm start's first batches, each reader,
+    each loader worker): ``cache`` (the run state's, which travels to the workers) keeps
+    what they delivered, keyed by the history and the options but the worker count.
+    """
+    key = (token, options.at(sample_in_epoch=0, workers_per_rank=1))
+    seen = cache.get(key)
+    if seen is None:
+        seen = cache[key] = seen_before(history, options)
+    return mixed_plan(history, options, seen)
+
+
+def pack_seen(cache: Mapping[Hashable, Seen]) -> dict[Hashable, dict[str, tuple[Any, int]]]:
+    """``cache`` with its masks as bits (what a pickled run state carries: N/8 bytes a stream)."""
+    return {k: {key: (np.packbits(mask), len(mask)) for key, mask in seen.items()} for k, seen in cache.items()}
+
+
+def unpack_seen(packed: Mapping[Hashable, Mapping[str, tuple[Any, int]]]) -> dict[Hashable, Seen]:
+    return {k: {key: np.unpackbits(bits, count=n).astype(bool) for key, (bits, n) in seen.items()}
+            for k, seen in packed.items()}

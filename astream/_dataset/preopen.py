@@ -43,8 +43,8 @@ import xxhash
 from astream._cache.ranged import copy_ranges_from, fetch_ranges
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.shards import Decoded, OpenShards
 from astream._dataset.runtime import portal
-from astream._dataset.shards import Decoded, OpenShards
 from astream._dataset.stream import Stream
 from astream._format.index import ShardInfo
 from astream._format.parquet.reader import ParquetLayout, RowGroupReader

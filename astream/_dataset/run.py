@@ -8,15 +8,22 @@ from the resumable state dict. It holds no resources and pickles with the datase
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from astream._dataset.config import DatasetConfig
-from astream._dataset.mixture import MIXTURE_KEY, MixtureHistory, continue_history
+from astream._dataset.mixture import (
+    MIXTURE_KEY,
+    MixtureHistory,
+    align,
+    continue_history,
+    pack_seen,
+    unpack_seen,
+)
 from astream._dataset.state import EpochState
 from astream._sampling.defaults import resolve_num_canonical_nodes
 from astream._sampling.plan import EpochPlan
-from astream._sampling.remix import Mixture
+from astream._sampling.remix import Mixture, Seen
 from astream.errors import ConfigError, StateError
 
 __all__ = ["RunState"]
@@ -35,7 +42,7 @@ class RunState:
         # An epoch whose mixture changed: its history (the last mixture is the dataset's).
         self.history: MixtureHistory | None = None
         self.history_epoch = -1
-        self._history_plan: tuple[tuple[Mixture, ...], str] | None = None
+        self._history_plan: tuple[tuple[Mixture, ...], str, dict[Hashable, Seen]] | None = None
         self.resume: EpochState | None = None
         self.ncn: int | None = None  # fixed at the first iteration, or by a loaded state
         self.seed: int = config.shuffle_seed
@@ -74,9 +81,10 @@ class RunState:
             self._set_history(None, -1)
         return epoch, offset
 
-    def history_of(self, epoch: int, sample_in_epoch: int) -> tuple[tuple[Mixture, ...], str] | None:
-        """The mixture history of ``epoch`` and its digest, if its mixture changed before
-        ``sample_in_epoch`` (a position before the change asks about the plain epoch: ``len``)."""
+    def history_of(self, epoch: int, sample_in_epoch: int) -> tuple[tuple[Mixture, ...], str, dict[Hashable, Seen]] | None:
+        """The mixture history of ``epoch``, its digest and what its earlier segments delivered
+        (filled by the plans), if its mixture changed before ``sample_in_epoch`` (a position
+        before the change asks about the plain epoch: ``len``)."""
         if epoch != self.history_epoch or self._history_plan is None:
             return None
         return self._history_plan if sample_in_epoch >= self._history_plan[0][-1].start else None
@@ -85,7 +93,23 @@ class RunState:
         if history is not None and not history.changed:
             history = None
         self.history, self.history_epoch = history, epoch if history is not None else -1
-        self._history_plan = None if history is None else (history.plan_history(), history.token())
+        self._history_plan = None if history is None else (history.plan_history(), history.token(), {})
+
+    def __getstate__(self) -> dict[str, Any]:
+        # What a changed epoch's earlier segments delivered travels to the loader's workers
+        # as bits (they would otherwise each replay those segments' shuffles).
+        state = dict(self.__dict__)
+        if self._history_plan is not None:
+            mixtures, token, seen = self._history_plan
+            state["_history_plan"] = (mixtures, token, pack_seen(seen))
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        packed = state.get("_history_plan")
+        self.__dict__.update(state)
+        if packed is not None:
+            mixtures, token, bits = packed
+            self._history_plan = (mixtures, token, unpack_seen(bits))
 
     def state_dict(self, num_samples: int, from_beginning: bool) -> dict[str, Any]:
         """The state after ``num_samples`` samples (all ranks) of the current epoch."""
@@ -154,9 +178,10 @@ class RunState:
                 )
             state.check_fingerprint(self.fingerprint)
             return None
-        if same_data and saved.mixtures[-1].same_mixture(self.mixture.mixtures[0]):
+        mine = align(saved, self.mixture)
+        if same_data and saved.mixtures[-1].same_mixture(mine.mixtures[0]):
             # The mixture it was saved under (a changed epoch goes on under its history).
-            return MixtureHistory({**saved.streams, **self.mixture.streams}, saved.mixtures)
+            return MixtureHistory({**saved.streams, **mine.streams}, saved.mixtures)
         if not continuing:
             if same_data and not saved.changed:
                 return None  # only epoch_size differs: resumed as before the record existed
@@ -166,4 +191,4 @@ class RunState:
                 "on_mixture_change='continue' to go on with this one from the state's position, or start a "
                 "fresh epoch instead of resuming"
             )
-        return continue_history(saved, self.mixture, state.sample_in_epoch)
+        return continue_history(saved, mine, state.sample_in_epoch)

@@ -23,7 +23,7 @@ resume arithmetic (``drop_first``) applied to it. Only ``batching_method='random
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import pairwise
 
@@ -37,10 +37,11 @@ from astream._sampling.remainder import remainder_counts
 from astream._sampling.streams import Resampled, StreamSpec, StreamWeights, map_ids
 from astream.errors import ConfigError
 
-__all__ = ["Mixture", "RemainderPlan", "Segment", "delivered", "mixed_plan", "segment_seed"]
+__all__ = ["Mixture", "RemainderPlan", "Seen", "Segment", "delivered", "mixed_plan", "seen_before", "segment_seed"]
 
 Int64Array = NDArray[np.int64]
 BoolArray = NDArray[np.bool_]
+Seen = Mapping[str, BoolArray]  # per stream key, which of its samples the epoch delivered
 
 
 @dataclass(frozen=True)
@@ -151,7 +152,7 @@ def segment_seed(seed: int, epoch: int, index: int) -> int:
     return int(np.random.SeedSequence([seed, epoch, index]).generate_state(1, np.uint32)[0])
 
 
-def mixed_plan(history: Sequence[Mixture], options: PlanOptions) -> EpochPlan:
+def mixed_plan(history: Sequence[Mixture], options: PlanOptions, seen: Seen | None = None) -> EpochPlan:
     """The plan of the epoch's current (last) segment, from ``options.sample_in_epoch`` on.
 
     Args:
@@ -160,6 +161,8 @@ def mixed_plan(history: Sequence[Mixture], options: PlanOptions) -> EpochPlan:
         options: the plan options; ``sample_in_epoch`` counts from the epoch's start and
             must not be before the last mixture's start. Their ``epoch_size`` is ignored:
             each mixture carries its own.
+        seen: :func:`seen_before` of this history and options, if already computed (it
+            does not depend on the ranks per node, workers, batch size or position).
 
     Returns:
         A plain :class:`EpochPlan` for a history of one mixture, else a :class:`RemainderPlan`.
@@ -172,6 +175,20 @@ def mixed_plan(history: Sequence[Mixture], options: PlanOptions) -> EpochPlan:
     last = history[-1]
     if len(history) == 1:
         return EpochPlan.of(last.streams, options.at(epoch_size=last.epoch_size))
+    if seen is None:
+        seen = seen_before(history, options)
+    return _segment_plan(last, len(history) - 1, seen, options.at(sample_in_epoch=0, epoch_size=last.epoch_size),
+                         options.sample_in_epoch - last.start)
+
+
+def seen_before(history: Sequence[Mixture], options: PlanOptions) -> Seen:
+    """What the epoch delivered before its last mixture took over: per stream key, a mask of
+    its samples (the plans of the earlier segments replayed up to each change).
+
+    Raises:
+        ConfigError: a change past the end of the segment before it, or what the plans reject.
+    """
+    _check(history, options.at(sample_in_epoch=history[-1].start))
     seen: dict[str, BoolArray] = {}
     plan: EpochPlan = EpochPlan.of(history[0].streams, options.at(sample_in_epoch=0, epoch_size=history[0].epoch_size))
     for j in range(1, len(history)):
@@ -183,9 +200,9 @@ def mixed_plan(history: Sequence[Mixture], options: PlanOptions) -> EpochPlan:
                 f"segment {j - 1} (it held {plan.epoch_size} from sample {before.start})"
             )
         _mark(seen, before, delivered(plan, take))
-        drop = options.sample_in_epoch - now.start if j == len(history) - 1 else 0
-        plan = _segment_plan(now, j, seen, options.at(sample_in_epoch=0, epoch_size=now.epoch_size), drop)
-    return plan
+        if j < len(history) - 1:
+            plan = _segment_plan(now, j, seen, options.at(sample_in_epoch=0, epoch_size=now.epoch_size), 0)
+    return seen
 
 
 def delivered(plan: EpochPlan, count: int) -> Int64Array:
@@ -238,7 +255,7 @@ def _mark(seen: dict[str, BoolArray], mixture: Mixture, ids: Int64Array) -> None
         mask[ids[stream == i] - offsets[i]] = True
 
 
-def _segment_plan(mixture: Mixture, index: int, seen: dict[str, BoolArray], options: PlanOptions,
+def _segment_plan(mixture: Mixture, index: int, seen: Seen, options: PlanOptions,
                   drop: int) -> RemainderPlan:
     """The plan of segment ``index``: ``mixture``'s share of the unseen samples, from ``drop`` on."""
     plan = RemainderPlan.__new__(RemainderPlan)
@@ -257,14 +274,17 @@ def _segment_plan(mixture: Mixture, index: int, seen: dict[str, BoolArray], opti
     picks: list[Int64Array] = []
     for i, mask in enumerate(unseen_masks):
         ids = np.flatnonzero(mask).astype(np.int64)
-        if counts[i] < len(ids):
-            # Shuffled: an even draw of the unseen; in order: the next unseen, in order.
-            ids = np.sort(rng.choice(ids, int(counts[i]), False)) if options.shuffle else ids[: counts[i]]
+        if counts[i] < len(ids) and options.shuffle:  # an even draw of the unseen, kept in order
+            keep = np.zeros(len(ids), bool)
+            keep[rng.choice(len(ids), int(counts[i]), False)] = True
+            ids = ids[keep]
+        elif counts[i] < len(ids):  # in order: the next unseen
+            ids = ids[: counts[i]]
         picks.append(ids + plan.stream_offsets[i])
     pool = np.concatenate(picks) if picks else np.zeros(0, np.int64)
     # Shuffle units: the chosen samples of each shard, shards in order (as a plain epoch's).
-    shards = plan.shard_of(pool)
-    _, units = np.unique(shards, return_counts=True)
+    units = np.bincount(plan.shard_of(pool), minlength=len(plan.shard_bounds) - 1)
+    units = units[units > 0]
     segment = Segment(index, mixture.start, int(counts.sum()), unseen, wanted, counts)
     plan._install(segment, pool, units.astype(np.int64), seed, drop)
     return plan

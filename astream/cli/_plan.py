@@ -1,5 +1,8 @@
 """``astream plan``: what an epoch will cost, from the dataset's index.json alone.
 
+With ``--state`` and ``--stream``, the rest of a saved epoch under a new mixture instead
+(:mod:`astream.cli._plan_mixture`).
+
 Builds the epoch plan a ``StreamingDataset`` with these parameters would follow and
 plays it through the cache's eviction policy (:func:`astream._sampling.forecast.forecast_epoch`):
 bytes downloaded per node, peak cache, the smallest workable ``cache_limit``, the stall a
@@ -28,6 +31,8 @@ from astream._sampling.forecast import EpochForecast, forecast_epoch
 from astream._sampling.plan import EpochPlan
 from astream._units import parse_bytes
 from astream.cli._output import CommandError, format_size, print_table
+from astream.cli._plan_mixture import add_arguments as add_mixture_arguments
+from astream.cli._plan_mixture import run_remainder
 from astream.cli._source import dataset_root, read_index
 
 __all__ = ["add_parser", "forecast", "run", "transfer_sizes"]
@@ -39,12 +44,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "plan", parents=[common], help="simulate an epoch: downloads, cache, stall, shuffle quality",
         description="Simulate one epoch of a dataset from its index.json: the real plan through the real "
                     "eviction policy. Nothing is downloaded but index.json.")
-    p.add_argument("location", metavar="DATASET", help="dataset directory, file://, http(s):// or s3:// URL")
+    p.add_argument("location", metavar="DATASET", nargs="?",
+                   help="dataset directory, file://, http(s):// or s3:// URL (not with --state)")
     p.add_argument("--split", help="sub-folder of the dataset holding the split's index.json")
     p.add_argument("--world", default="1x1", metavar="NODESxRANKS",
                    help="physical nodes x ranks per node (default 1x1)")
     p.add_argument("--workers", type=int, default=0, help="loader workers per rank (default 0)")
-    p.add_argument("--batch-size", type=int, required=True, help="samples per batch per rank")
+    p.add_argument("--batch-size", type=int, default=None, help="samples per batch per rank (required but "
+                   "with --state)")
     p.add_argument("--no-shuffle", dest="shuffle", action="store_false", help="read in order (default: shuffled)")
     p.add_argument("--shuffle-algo", default=DEFAULT_SHUFFLE_ALGO, choices=SHUFFLE_ALGOS)
     p.add_argument("--shuffle-seed", type=int, default=DEFAULT_SHUFFLE_SEED)
@@ -63,7 +70,15 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                    "the request's round trip and installing the file (default 0)")
     p.add_argument("--png", default=None, metavar="PATH", help="draw cache and download over the epoch (matplotlib)")
     p.add_argument("--json", action="store_true", help="print the forecast as JSON")
+    add_mixture_arguments(p)
     p.set_defaults(func=run)
+
+
+# Options of the forecast that a --state remainder does not use, with their defaults.
+_FORECAST_ONLY = {"split": None, "workers": 0, "batch_size": None, "shuffle_seed": DEFAULT_SHUFFLE_SEED,
+                  "num_canonical_nodes": None, "epoch": 0, "drop_last": False, "cache_limit": None,
+                  "keep_zip": False, "predownload": None, "bandwidth": None, "step_time": None, "latency": 0.0,
+                  "png": None}
 
 
 def transfer_sizes(index: Index) -> list[int]:
@@ -87,6 +102,8 @@ def _world(text: str) -> tuple[int, int]:
 def forecast(index: Index, args: argparse.Namespace) -> EpochForecast:
     """The forecast ``run`` prints, for a parsed index and the command's arguments."""
     nodes, ranks = _world(args.world)
+    if args.batch_size is None:
+        raise CommandError("--batch-size is required to forecast an epoch", 2)
     if args.workers < 0 or args.batch_size < 1:
         raise CommandError("--workers must be >= 0 and --batch-size >= 1", 2)
     if args.latency < 0:
@@ -118,7 +135,20 @@ def forecast(index: Index, args: argparse.Namespace) -> EpochForecast:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Print the forecast (and draw it with ``--png``); exit code 0."""
+    """Print the forecast (and draw it with ``--png``), or with ``--state`` the rest of the
+    state's epoch under the ``--stream`` mixture; exit code 0."""
+    if args.state is not None or args.stream:
+        if args.location is not None or args.state is None:
+            raise CommandError("--state and --stream go together, without a DATASET: the streams are the "
+                               "new mixture", 2)
+        unused = [f"--{name.replace('_', '-')}" for name, default in _FORECAST_ONLY.items()
+                  if getattr(args, name) != default]
+        if unused:
+            raise CommandError(f"{', '.join(unused)} do(es) not apply with --state (the state gives the epoch, "
+                               "seed and canonical nodes; the counts do not depend on batches or the cache)", 2)
+        return run_remainder(args, *_world(args.world))
+    if args.location is None:
+        raise CommandError("give a DATASET to forecast (or --state and --stream for a changed mixture)", 2)
     index = read_index(args.location, args.split)
     result = forecast(index, args)
     if args.png:

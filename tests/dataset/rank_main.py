@@ -13,11 +13,14 @@ import os
 
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
+from astream._dataset.stream import Stream
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--remote", required=True)
+    parser.add_argument("--remote", default=None)
+    parser.add_argument("--streams", default=None, help="Stream keywords (JSON list) instead of --remote; each "
+                        "stream is cached in the node's folder under its 'name'")
     parser.add_argument("--cache", required=True)
     parser.add_argument("--out", required=True)
     parser.add_argument("--workers", type=int, default=0)
@@ -29,7 +32,12 @@ def main() -> None:
     rank, per_node = int(os.environ["RANK"]), int(os.environ["LOCAL_WORLD_SIZE"])
     node = rank // per_node
     options = {"shuffle": True, "shuffle_seed": 7, "batch_size": args.batch_size, **json.loads(args.options)}
-    ds = StreamingDataset(remote=args.remote, local=os.path.join(args.cache, f"node{node}"), **options)
+    local = os.path.join(args.cache, f"node{node}")
+    if args.streams:
+        streams = [Stream(local=os.path.join(local, s.pop("name")), **s) for s in json.loads(args.streams)]
+        ds = StreamingDataset(streams=streams, **options)
+    else:
+        ds = StreamingDataset(remote=args.remote, local=local, **options)
     loader = Loader(ds, num_workers=args.workers)
     if args.resume:
         with open(args.resume) as f:

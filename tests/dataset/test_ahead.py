@@ -1,4 +1,4 @@
-"""Batches decoded ahead (``astream._dataset.ahead``) equal the batches read one by one.
+"""Batches decoded ahead (``astream._dataset.read.ahead``) equal the batches read one by one.
 
 Every MDS column type (those decoded ahead in one layout of variable-size records, those
 never decoded ahead in another), and layouts of fixed-size records (several columns, and
@@ -27,7 +27,7 @@ from helpers import close_all, make_rank_datasets
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import astream._dataset.reader as reader_module
+import astream._dataset.read.assembly as reader_module  # (where the reader assembles batches)
 from astream import LocalDataset, MDSWriter, StreamingDataset
 from astream._dataset import tuning
 from astream._dataset.loader import Loader

@@ -10,12 +10,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-import astream._dataset.reader as reader_module
+import astream._dataset.read.assembly as reader_module  # (where the reader assembles batches)
 import astream._storage.sink as sink
 from astream import MDSWriter
-from astream._dataset.arriving import ArrivingShards
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
+from astream._dataset.read.arriving import ArrivingShards
 from astream.errors import ServedSamplesError
 from astream.testing import Fault, LoopbackServer
 

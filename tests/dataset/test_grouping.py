@@ -7,7 +7,7 @@ import pytest
 
 from astream._arrays import group_positions
 from astream._dataset import tuning
-from astream._dataset.grouping import BatchGroups
+from astream._dataset.read.grouping import BatchGroups
 
 WINDOW = tuning.READ_AHEAD.window
 

@@ -6,7 +6,7 @@ import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from astream._dataset.shards import leases_of
+from astream._dataset.read.leases import leases_of
 
 
 def _reference(shards: np.ndarray, gap: int) -> tuple[list[int], list[int], list[int]]:

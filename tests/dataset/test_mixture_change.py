@@ -16,6 +16,7 @@ from astream import MDSWriter
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream._dataset.stream import Stream
+from astream.cli import main as cli
 from astream.errors import ConfigError, StateError
 
 SIZES = {"a": 400, "b": 400, "c": 300}
@@ -170,6 +171,7 @@ def test_continue_needs_random_batching(remotes, tmp_path) -> None:
         dataset(remotes, tmp_path, {"a": 0.5, "b": 0.5}, on_mixture_change="ignore")
 
 
+@pytest.mark.slow
 def test_the_state_stays_small_after_a_hundred_changes(remotes, tmp_path) -> None:
     state = None
     sizes = []
@@ -203,4 +205,97 @@ def test_loader_workers_follow_the_changed_plan(remotes, tmp_path) -> None:
     assert not set(seen) & set(rest)
     assert len(rest) == 400
     loader.close()
+    new.close()
+
+
+def test_astream_plan_shows_the_rest_of_a_changed_epoch(remotes, tmp_path, capsys) -> None:
+    ds = dataset(remotes, tmp_path, {"a": 0.5, "b": 0.5})
+    _, state = take(ds, 20)
+    ds.close()
+    path = tmp_path / "state.json"
+    path.write_text(json.dumps({"keras_epoch": 0, "steps": 20, "astream": state}))  # a Keras callback's record
+    new = [f"{remotes['a']}=0.8", f"{remotes['b']}=0.2", f"{remotes['c']}=0.1"]
+    args = ["plan", "--state", str(path), *(x for s in new for x in ("--stream", s)), "--epoch-size", "700"]
+    assert cli([*args, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    expected = dataset(remotes, tmp_path, {"a": 0.8, "b": 0.2, "c": 0.1}, epoch_size=700, on_mixture_change="continue")
+    expected.load_state_dict(state)
+    assert {k: v for k, v in report.items() if k in expected.mixture_report()} == expected.mixture_report()
+    assert report["changes"] == [200]
+    assert report["samples"] == 500
+    assert [r["stream"] for r in report["streams"]] == [str(remotes[n]) for n in "abc"]
+    expected.close()
+    assert cli(args) == 0
+    text = capsys.readouterr().out
+    assert "rest of epoch     500 samples" in text
+    assert f"{remotes['c']}" in text
+    assert "proportion=0.8" in text
+    # The state's own mixture: a plain resume, no change.
+    same = ["plan", "--state", str(path), "--stream", f"{remotes['a']}=0.5", "--stream", f"{remotes['b']}=0.5",
+            "--epoch-size", "600"]
+    assert cli(same) == 0
+    assert "none (the state's own mixture)" in capsys.readouterr().out
+    assert cli(["plan", "--state", str(path)]) == 2
+    assert "--stream" in capsys.readouterr().err
+    assert cli([*same, "--batch-size", "8"]) == 2
+    assert "--batch-size do(es) not apply with --state" in capsys.readouterr().err
+
+
+def test_look_alike_streams_keep_what_they_delivered_when_reordered(tmp_path) -> None:
+    # Two streams whose shards have the same names, sample counts and bytes: known apart by place.
+    twins = {"a": write(tmp_path, "x", 400, 0), "b": write(tmp_path, "y", 400, 10_000)}
+    ds = dataset(twins, tmp_path, {"a": 0.5, "b": 0.5})
+    seen, state = take(ds, 20)
+    ds.close()
+    swapped = dataset(twins, tmp_path, {"b": 0.3, "a": 0.7}, on_mixture_change="continue")
+    rest, _ = take(swapped, None, state)
+    assert not set(seen) & set(rest)
+    assert len(seen) + len(rest) == 600
+    swapped.close()
+
+
+def test_a_stream_copied_elsewhere_is_the_same_stream(remotes, tmp_path) -> None:
+    import shutil
+
+    moved = dict(remotes)
+    moved["a"] = Path(shutil.copytree(remotes["a"], tmp_path / "moved-a"))
+    ds = dataset(remotes, tmp_path, {"a": 0.5, "b": 0.5})
+    seen, state = take(ds, 20)
+    whole, _ = take(ds, None, state)
+    ds.close()
+    same = dataset(moved, tmp_path, {"a": 0.5, "b": 0.5}, on_mixture_change="continue")
+    rest, _ = take(same, None, state)
+    assert rest == whole  # a plain resume: nothing changed but where a lives
+    same.close()
+    other = dataset(moved, tmp_path, {"a": 0.8, "b": 0.2}, on_mixture_change="continue")
+    rest, _ = take(other, None, state)
+    assert not set(seen) & set(rest)
+    other.close()
+
+
+def test_what_came_before_a_change_travels_to_workers(remotes, tmp_path, monkeypatch) -> None:
+    import pickle
+
+    import astream._dataset.mixture as mixture
+
+    ds = dataset(remotes, tmp_path, {"a": 0.5, "b": 0.5})
+    _, state = take(ds, 20)
+    ds.close()
+    new = dataset(remotes, tmp_path, {"a": 0.8, "b": 0.2}, on_mixture_change="continue")
+    new.load_state_dict(state)
+    want = new.plan(epoch=0, sample_in_epoch=200, workers_per_rank=2, batch_size=BATCH).worker_ids(0, 0, 1)
+    seen = new.run.history_of(0, 200)[2]
+    clone = pickle.loads(pickle.dumps(new))  # as a loader's worker process receives it
+    got_seen = clone.run.history_of(0, 200)[2]
+    assert seen.keys() == got_seen.keys()
+    for key, masks in seen.items():
+        assert all(np.array_equal(masks[k], got_seen[key][k]) for k in masks)
+
+    def replayed(*args):
+        raise AssertionError("a worker replayed the earlier segments")
+
+    monkeypatch.setattr(mixture, "seen_before", replayed)
+    got = clone.plan(epoch=0, sample_in_epoch=200, workers_per_rank=2, batch_size=BATCH).worker_ids(0, 0, 1)
+    assert np.array_equal(got, want)
+    clone.close()
     new.close()

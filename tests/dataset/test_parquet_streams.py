@@ -494,7 +494,7 @@ def test_a_row_group_decoded_ahead_from_other_bytes_stops_the_epoch(
     try:
         loader = Loader(fresh, drop_last=False)
         state = {**loader.state_dict(), "sample_in_epoch": 2100}
-        from astream._dataset.shards import OpenShards
+        from astream._dataset.read.shards import OpenShards
 
         monkeypatch.setattr(OpenShards, "offered", lambda self, shard: None)  # never served early
         made = _count_decodes(monkeypatch)

@@ -184,7 +184,7 @@ def test_a_local_directory_remote_is_read_in_place_by_worker_processes(raw_remot
 
 
 def test_peek_urls_follow_the_rules(slow_server: LoopbackServer, tmp_path: Path) -> None:
-    from astream._dataset.peek import RemotePeek
+    from astream._dataset.read.peek import RemotePeek
 
     ds = StreamingDataset(remote=slow_server.url, local=str(tmp_path / "cache"), batch_size=8)
     try:

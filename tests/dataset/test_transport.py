@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-from astream._dataset.collate import collate_samples, concat_batches
+from astream._dataset.read.collate import collate_samples, concat_batches
 from astream._dataset.transport.pipe import (
     FD_IN_FLIGHT,
     FD_MIN_BYTES,

@@ -62,3 +62,9 @@ def test_multi_rank() -> None:
     out = _run("bash", str(EXAMPLES / "multi_rank.sh"), timeout=90)
     assert "4 ranks read all 1000 samples, none twice" in out
     assert out.count("rank ") >= 4
+
+
+def test_curriculum() -> None:
+    out = _run(sys.executable, str(EXAMPLES / "curriculum.py"))
+    assert "changes at samples [640, 1280]" in out
+    assert "no sample repeated" in out

@@ -50,7 +50,8 @@ LOADERS: weakref.WeakKeyDictionary[Source, int] = weakref.WeakKeyDictionary()
 _numbers = itertools.count()
 # Seconds an exporter waits for the node agent's figures before exporting without them.
 STATS_TIMEOUT = 5.0
-STAGES = (*STAGE_NAMES, "download", "decode")
+# The stages a per-stage metric is labelled with: this process's, then the node agent's.
+METRIC_STAGES = (*STAGE_NAMES, "download", "decode")
 
 
 def register(loader: Source) -> None:
@@ -80,7 +81,7 @@ class Metric:
 
 
 def _stage(field: str) -> Callable[[Stats], dict[str, float]]:
-    return lambda s: {k: float(s.stages.get(k, {}).get(field, 0.0)) for k in STAGES}
+    return lambda s: {k: float(s.stages.get(k, {}).get(field, 0.0)) for k in METRIC_STAGES}
 
 
 METRICS: tuple[Metric, ...] = (

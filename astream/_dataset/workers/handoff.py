@@ -29,7 +29,7 @@ from collections.abc import Sequence
 from multiprocessing.connection import Connection
 from typing import Any
 
-from astream._dataset.reader import StartAt
+from astream._dataset.read.reader import StartAt
 from astream._dataset.workers.job import Emit, WorkerJob, describe
 
 __all__ = ["StandIns", "send_start", "worker_start_at"]

@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, Protocol
 
-from astream._dataset.reader import StartAt
+from astream._dataset.read.reader import StartAt
 
 __all__ = ["Emit", "WorkerJob", "describe", "produce"]
 

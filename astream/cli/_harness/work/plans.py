@@ -2,7 +2,8 @@
 worker's (``worker``), one rank's (``rank``) or the shuffle alone, by astream's ``astream.sampling`` or by what
 mosaicml-streaming's ``generate_work`` does for ``random`` batching (``resample_streams`` with
 every shard drawn once, ``get_partitions``, ``get_shuffle``, two ``np.where`` maps), over
-uneven shard sizes; seconds, the peak RSS and a digest of the ids."""
+uneven shard sizes; seconds, the peak RSS and a digest of the ids. ``remix``: one worker's ids
+of an epoch whose mixture changed twice (astream only)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,32 @@ from typing import Any
 from . import stub_streaming_vision
 
 __all__ = ["plan"]
+
+
+def _remix_worker(sizes: Any, algo: str, ncn: int | None, block: int | None, nodes: int, ranks: int, workers: int, batch: int,
+                  epoch: int) -> Any:
+    """One worker's ids after the epoch's mixture changed twice (issue 36): the shards split
+    into three streams; two at 0.5/0.5, then 0.6/0.2/0.2 (the third added) from a quarter of
+    the epoch, then 0.3/0.3/0.4 from half of it; the plan of the rest from half + 10 global
+    batches, earlier segments replayed."""
+    from astream._sampling.options import PlanOptions
+    from astream._sampling.remix import Mixture, mixed_plan
+    from astream._sampling.streams import StreamSpec
+
+    third = len(sizes) // 3
+    parts = [sizes[:third], sizes[third : 2 * third], sizes[2 * third :]]
+    total = int(sizes.sum())
+
+    def mix(weights: tuple[float, ...], start: int) -> Mixture:
+        return Mixture(tuple("abc"[: len(weights)]),
+                       tuple(StreamSpec(parts[i], proportion=w) for i, w in enumerate(weights)), total, start)
+
+    history = [mix((0.5, 0.5), 0), mix((0.6, 0.2, 0.2), total // 4), mix((0.3, 0.3, 0.4), total // 2)]
+    options = PlanOptions(batch_size=batch, shuffle=True, shuffle_algo=algo, num_canonical_nodes=ncn,
+                          shuffle_block_size=block, num_physical_nodes=nodes, ranks_per_node=ranks,
+                          workers_per_rank=workers, epoch=epoch,
+                          sample_in_epoch=total // 2 + 10 * nodes * ranks * batch)
+    return mixed_plan(history, options).worker_ids(nodes - 1, ranks - 1, workers - 1)
 
 
 def _vm(field: str) -> float:
@@ -62,6 +89,8 @@ def plan(lib: str, what: str, samples: int, shards: int, algo: str = "py1e", ncn
         ncn = ncn or nodes
         block = block or max(4_000_000 // ncn, 1 << 18)
         out = (get_shuffle if lib == "mosaicml" else sampling.get_shuffle)(algo, sizes, ncn, 9176, epoch, block)
+    elif what == "remix":
+        out = _remix_worker(sizes, algo, ncn, block, nodes, ranks, workers, batch, epoch)
     else:
         p = sampling.EpochPlan([{"shard_sizes": sizes}], shuffle=True, shuffle_algo=algo, num_canonical_nodes=ncn,
                                shuffle_block_size=block, batch_size=batch, num_physical_nodes=nodes,

@@ -2,8 +2,8 @@
 
 :class:`OpenShards` keeps this process's shard readers open (read-only memory maps) in
 LRU order; :func:`drop_pages` hands a map's touched pages back to the kernel (they stay
-in the page cache); :func:`leases_of` groups a worker's sequence into the stretches for
-which each shard is pinned (see :mod:`astream._dataset.reader`).
+in the page cache); :func:`~astream._dataset.read.leases.leases_of` groups a worker's sequence into the stretches for
+which each shard is pinned (see :mod:`astream._dataset.read.reader`).
 
 Every page of a map that a read touched counts in the process's RSS until it is unmapped.
 :class:`ResidentPages` hands a reader's touched pages back (``MADV_DONTNEED``: the data
@@ -24,14 +24,14 @@ from concurrent.futures import Future
 
 import numpy as np
 import numpy.typing as npt
-import xxhash
 
 from astream._arrays import sorted_unique
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.ledger import same_bytes
 from astream._format.kinds import SampleSource, held_bytes, open_shard
 
-__all__ = ["OpenShards", "ResidentPages", "drop_pages", "leases_of"]
+__all__ = ["OpenShards", "ResidentPages", "drop_pages"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -45,45 +45,6 @@ def drop_pages(reader: SampleSource) -> None:
     if isinstance(buf, mmap.mmap) and not buf.closed:
         with contextlib.suppress(OSError, ValueError):
             buf.madvise(mmap.MADV_DONTNEED)
-
-
-def leases_of(shards: Int64Array, gap: int) -> tuple[Int64Array, Int64Array, Int64Array]:
-    """Group the positions of each shard into leases.
-
-    Args:
-        shards: the shard of each position of the sequence.
-        gap: occurrences of a shard at most this far apart share a lease.
-
-    Returns:
-        ``(shard, start, end)`` per lease, sorted by start; ``end`` is inclusive.
-    """
-    n = len(shards)
-    if n == 0:
-        empty = np.zeros(0, np.int64)
-        return empty, empty, empty
-    # Work on runs of one shard, not on positions: an unshuffled epoch of 200k samples is a
-    # handful of runs (sorting every position took ~3 ms before the first batch). Positions
-    # inside a run are 1 apart, so a run never splits; two runs of a shard share a lease
-    # when the later one starts at most ``gap`` after the earlier one ends.
-    change = np.flatnonzero(shards[1:] != shards[:-1]) + 1
-    run_start = np.empty(len(change) + 1, np.int64)
-    run_start[0] = 0
-    run_start[1:] = change
-    run_end = np.empty_like(run_start)
-    run_end[:-1] = change - 1
-    run_end[-1] = n - 1
-    run_shard = shards[run_start]
-    order = np.argsort(run_shard, kind="stable")  # by shard, then position (a stable sort keeps it)
-    rs, rstart, rend = run_shard[order], run_start[order], run_end[order]
-    new = np.ones(len(rs), bool)
-    new[1:] = (rs[1:] != rs[:-1]) | (rstart[1:] - rend[:-1] > gap)
-    first = np.flatnonzero(new)
-    last = np.empty_like(first)
-    last[:-1] = first[1:] - 1
-    last[-1] = len(rs) - 1
-    shard, start, end = rs[first], rstart[first], rend[last]
-    by_start = np.argsort(start, kind="stable")
-    return shard[by_start], start[by_start], end[by_start]
 
 
 class OpenShards:
@@ -135,7 +96,7 @@ class OpenShards:
             return None
         try:
             with open(path, "rb") as fh:
-                same = xxhash.xxh3_64_intdigest(fh.read()) == digest
+                same = same_bytes(digest, fh.read())  # (the ledger's one comparison)
         except OSError:
             same = False  # (opening it below reports what is wrong)
         if same:

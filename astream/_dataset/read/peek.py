@@ -42,6 +42,7 @@ import xxhash
 from astream._arrays import sorted_unique
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.ledger import Span
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
@@ -51,7 +52,7 @@ from astream._storage.registry import StoragePool, configure, join_url, scheme_o
 from astream._storage.retry import RetryPolicy
 from astream.errors import AstreamError, ShardFormatError
 
-__all__ = ["PeekedRecords", "RemotePeek", "Span", "check_head", "coalesce", "small_shard"]
+__all__ = ["PeekedRecords", "RemotePeek", "check_head", "coalesce", "small_shard"]
 
 log = logging.getLogger("astream.peek")
 
@@ -60,16 +61,12 @@ Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
 
 
-# A span of a shard's bytes read ahead of its download: (first byte, end, xxh3-64 of them).
-Span = tuple[int, int, int]
-
-
 class PeekedRecords:
     """Some records of one shard, addressed by their index in the shard.
 
     ``spans`` are the shard's byte ranges they were decoded from, with digests: what the
     reader checks against the installed file once the shard arrives
-    (:meth:`astream._dataset.arriving.ArrivingShards.verify`).
+    (:class:`~astream._dataset.read.ledger.ServedLedger`).
     """
 
     def __init__(self, reader: SampleSource, offsets: Int64Array, spans: list[Span]) -> None:

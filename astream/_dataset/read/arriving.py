@@ -6,16 +6,19 @@ only once it is complete and checked (:mod:`astream._cache.install`). A reader w
 next batch lies in such a shard does not have to wait for the rename: every byte below
 the temporary file's size is written, so once the offset table and the records a batch
 needs are there, they are read with ``pread`` and decoded as a small shard of their own
-(:func:`~astream._dataset.peek.small_shard`: the format layer's checks apply). Nothing
+(:func:`~astream._dataset.read.peek.small_shard`: the format layer's checks apply). Nothing
 here ever writes, renames or trusts a file: what a later run finds in the cache is still
 only what the engine renamed into place.
 
 How it stays exact: the bytes handed out may come from a download that later fails its
 checks (a size or decompression error), is started again from byte 0, or is replaced by
-a second download, or from the remote by a ranged read (:mod:`astream._dataset.peek`).
-So every span served (the offset table, and each run of records) is remembered with its
-xxh3 digest and the file it came from, and when the shard's lease resolves it is checked
-against the installed file, the one every check accepted (:meth:`ArrivingShards.verify`):
+a second download, or from the remote by a ranged read (:mod:`astream._dataset.read.peek`).
+So every span served (the offset table, and each run of records) is noted with its
+xxh3 digest and the file it came from in the reader's
+:class:`~astream._dataset.read.ledger.ServedLedger`, and when the shard's lease resolves it
+is checked against the installed file, the one every check accepted
+(:func:`~astream._dataset.read.ledger.check`; this module keeps the files served from open
+until then, :meth:`ArrivingShards.sources`):
 
 - spans read from the very file that was renamed into place (same device and inode) are
   the installed bytes by construction: the engine only appends to a temporary and never
@@ -31,7 +34,7 @@ with an unchecked sample.
 Where it does not apply (the reader waits for the shard, as before): streams with
 ``validate_hash`` (a sample must not be handed out before its file's digest is checked),
 local datasets (nothing arrives), and readers of a bounded cache (they pin one batch at
-a time; see :mod:`astream._dataset.reader`).
+a time; see :mod:`astream._dataset.read.reader`).
 """
 
 from __future__ import annotations
@@ -50,17 +53,17 @@ from astream._arrays import sorted_unique
 from astream._cache.install import find_temporary
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
-from astream._dataset.peek import PeekedRecords, Span, check_head, coalesce, small_shard
+from astream._dataset.read.installed import pread as _pread
+from astream._dataset.read.ledger import FROM_SOURCE, Ident, Span
+from astream._dataset.read.peek import PeekedRecords, check_head, coalesce, small_shard
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
-from astream.errors import ServedSamplesError, ShardFormatError
+from astream.errors import ShardFormatError
 
 __all__ = ["ArrivingShards"]
 
 Int64Array = npt.NDArray[np.int64]
 _U32 = np.dtype("<u4")
-# The digest of a span not hashed when served: the file it was read from is compared.
-_FROM_SOURCE = -1
 
 
 
@@ -92,8 +95,8 @@ class ArrivingShards:
         self._paths = list(paths)
         self._open: dict[int, _Open] = {}
         self._heads: dict[int, Int64Array] = {}
-        # Per shard, the spans served early, by the file they came from (None: the remote).
-        self._served: dict[int, dict[tuple[int, int] | None, set[Span]]] = {}
+        # Per shard, the files records were served from (kept open until the shard is checked).
+        self._served: dict[int, set[Ident]] = {}
         # Descriptors of files served from, kept open until their shard is checked: an open
         # file's inode number is not given to another file meanwhile.
         self._kept: dict[int, list[int]] = {}
@@ -260,83 +263,38 @@ class ArrivingShards:
         assert isinstance(layout, RecordLayout)  # paths_of offers MDS shards only
         reader = ShardReader(body, layout, name=name, shard=shard, expected_samples=n)
         records = PeekedRecords(reader, np.arange(first, upto, dtype=np.int64),
-                                [self._head_span[shard], (int(head[first]), int(head[upto]), _FROM_SOURCE)])
+                                [self._head_span[shard], (int(head[first]), int(head[upto]), FROM_SOURCE)])
         records.source = held.ident
         records.run = first
         return records
 
     def note(self, shard: int, records: PeekedRecords) -> None:
-        """Records of ``shard`` handed out early (from its arriving file or the remote), to check."""
-        self._served.setdefault(shard, {}).setdefault(records.source, set()).update(records.spans)
+        """Records of ``shard`` handed out early: their file stays open until :meth:`release`
+        (an open file's inode number is not given to another file meanwhile)."""
+        if records.source is not None:
+            self._served.setdefault(shard, set()).add(records.source)
 
-    def verify(self, shard: int, path: str) -> None:
-        """Check what was served of ``shard`` early against its installed file ``path``
-        (blocking: run it in a thread). Forgets it once checked.
-
-        Spans read from the very file that was renamed into place need no reading back: the
-        engine never rewrites a temporary's bytes (a transfer that starts again writes a new
-        file), so they are the installed bytes. Spans from any other file (an abandoned
-        transfer) or from the remote are hashed again from the installed file.
-
-        Raises:
-            ServedSamplesError: a span differs (or the file cannot be read back).
-        """
-        served = self._served.pop(shard, {})
-        self._blocks.pop(shard, None)
-        try:
-            if not served:
-                return
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except OSError as exc:
-                raise ServedSamplesError(
-                    f"{path}: cannot read back the shard whose samples were served while it arrived ({exc}); "
-                    "those samples are unchecked: restart the epoch from its last state"
-                ) from exc
-            try:
-                st = os.fstat(fd)
-                installed = (st.st_dev, st.st_ino)
-                sources = self._sources(shard)
-                for source, spans in served.items():
-                    if source == installed:
-                        continue
-                    for first, stop, digest in sorted(spans):
-                        data = _pread(fd, first, stop - first)
-                        if digest == _FROM_SOURCE:
-                            # Not hashed when served: the bytes of the (immutable, still open) file read.
-                            held = sources.get(source) if source is not None else None
-                            digest = -1 if held is None else xxhash.xxh3_64_intdigest(_pread(held, first, stop - first)
-                                                                                      or b"")
-                        if data is None or xxhash.xxh3_64_intdigest(data) != digest:
-                            self._fail(path, first, stop)
-            finally:
-                os.close(fd)
-        finally:
-            self._release(shard)
-
-    def _sources(self, shard: int) -> dict[tuple[int, int], int]:
-        """The descriptors still open for ``shard``'s files, by (device, inode)."""
+    def sources(self, shard: int) -> dict[Ident, int]:
+        """The descriptors still open of the files ``shard`` was served from, by (device, inode)."""
         fds = list(self._kept.get(shard, []))
         held = self._open.get(shard)
         if held is not None:
             fds.append(held.fd)
-        out: dict[tuple[int, int], int] = {}
+        out: dict[Ident, int] = {}
         for fd in fds:
             with contextlib.suppress(OSError):
                 st = os.fstat(fd)
                 out[(st.st_dev, st.st_ino)] = fd
         return out
 
-    @staticmethod
-    def _fail(path: str, first: int, stop: int) -> None:
-        raise ServedSamplesError(
-            f"{path}: bytes {first}-{stop} of the installed shard differ from those its samples were "
-            "served from while it arrived (the shard was downloaded again, or the remote changed); "
-            "samples already handed out may be wrong: restart the epoch from its last state"
-        )
+    def release(self, shard: int) -> None:
+        """``shard`` is checked (or its download failed): its files served from may close."""
+        self._served.pop(shard, None)
+        self._blocks.pop(shard, None)
+        self._release(shard)
 
     def forget(self, shard: int) -> None:
-        """The download of ``shard`` failed: its early spans are moot (its error is raised)."""
+        """The download of ``shard`` failed: its early reads are moot (its error is raised)."""
         self._served.pop(shard, None)
         self._blocks.pop(shard, None)
         self._drop(shard)
@@ -350,17 +308,3 @@ class ArrivingShards:
                 self._drop(shard)
         for shard in list(self._kept):
             self._release(shard)
-
-
-def _pread(fd: int, offset: int, count: int) -> bytes | None:
-    """``count`` bytes at ``offset``, or None if the file ends first."""
-    parts: list[bytes] = []
-    got = 0
-    while got < count:
-        data = os.pread(fd, count - got, offset + got)
-        if not data:
-            return None
-        parts.append(data)
-        got += len(data)
-    return parts[0] if len(parts) == 1 else b"".join(parts)
-

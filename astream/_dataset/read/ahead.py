@@ -12,7 +12,7 @@ shard whose records have variable-size columns (a decode call per column and bat
 those are decoded ahead unshuffled too; a batch of fixed-size records from one shard is
 one take already and is read as it is.
 
-What may be decoded ahead is the reader's call (:class:`~astream._dataset.reader.EpochReader`):
+What may be decoded ahead is the reader's call (:class:`~astream._dataset.read.reader.EpochReader`):
 only positions whose shards are held by leases that are ready now, never with a bounded
 cache (a bounded reader pins only its current batch), only for records of
 ``small_record`` bytes or less on average (for larger ones a shard's fixed cost is
