@@ -332,8 +332,11 @@ class StreamingDataset(RandomAccess):
         processes found each canonical node's draws begin, and keeps what it found for them
         (:mod:`astream._cache.plan_states`): a rank's plan then costs its own share."""
         world = self.config.world
-        shared = plan.shuffle and plan.batching_method == "random"
-        folder = self.config.streams[0].local_dir
+        # Kept in a cache folder only: a local dataset's folder is the user's data (MosaicML
+        # writes nothing there either), and its processes compute their own draws.
+        first = self.config.streams[0]
+        folder = first.local_dir if first.remote is not None else ""
+        shared = bool(folder) and plan.shuffle and plan.batching_method == "random"
         if shared and not plan.node_states:
             plan.node_states.update(load_plan_states(folder, plan.shuffle_key))
         known = len(plan.node_states)

@@ -20,7 +20,7 @@ How it stays exact:
   iteration's reader then reads, from the plan of the loaded state's epoch and sample
   (:func:`~astream._sampling.order.first_batch` computes only that batch where the plan
   allows it), read by the reader's own function
-  (:func:`~astream._dataset.read.reader.read_positions`);
+  (:func:`~astream._dataset.read.assembly.read_positions`);
 - every row group it was read from is noted in a
   :class:`~astream._dataset.read.ledger.ServedLedger` (the xxh3 of the bytes decoded), which
   the reader takes over and checks against the file the agent installs: a difference raises
@@ -51,8 +51,8 @@ import numpy as np
 import numpy.typing as npt
 
 from astream._dataset.layout import SampleMap
+from astream._dataset.read.assembly import read_positions
 from astream._dataset.read.ledger import ServedLedger
-from astream._dataset.read.reader import read_positions
 from astream._dataset.read.shards import Decoded, OpenShards
 from astream.errors import StateError
 

@@ -27,7 +27,7 @@ from helpers import close_all, make_rank_datasets
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-import astream._dataset.read.reader as reader_module
+import astream._dataset.read.assembly as reader_module  # (where the reader assembles batches)
 from astream import LocalDataset, MDSWriter, StreamingDataset
 from astream._dataset import tuning
 from astream._dataset.loader import Loader

@@ -10,7 +10,7 @@ from typing import Any
 import numpy as np
 import pytest
 
-import astream._dataset.read.reader as reader_module
+import astream._dataset.read.assembly as reader_module  # (where the reader assembles batches)
 import astream._storage.sink as sink
 from astream import MDSWriter
 from astream._dataset.dataset import StreamingDataset
