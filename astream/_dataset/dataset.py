@@ -401,8 +401,9 @@ async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
         # Whose cache the folder is, before anything of the remote comes into it (issue 31 item 1).
-        claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
-        await asyncio.get_running_loop().run_in_executor(None, claim)
+        if s.remote is not None:  # (a dataset read in place is nobody's cache)
+            claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
+            await asyncio.get_running_loop().run_in_executor(None, claim)
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
             check_hashes_present(index, s.validate_hash)
