@@ -136,6 +136,21 @@ class ShardCache:
                 found.append(i)
         return found
 
+    def on_disk(self, i: int) -> bool:
+        """Whether shard ``i``'s files are on disk with the sizes its index gives (a ``stat``
+        each): a ready shard whose file a cleaner or a user removed is not served."""
+        return all(_stat_if_size(self.path(f.raw), f.raw.bytes) is not None for f in shard_files(self.index.shards[i]))
+
+    def vanished(self, i: int) -> bool:
+        """Shard ``i`` is ready but its files are not on disk as the index describes them:
+        forget it (what is left of it is removed; its pins stay) and return True."""
+        if self.entries[i].state is not State.READY or self.on_disk(i):
+            return False
+        if not self.local_only:
+            self.delete_files(i)
+        self.forget(i)
+        return True
+
     def _disk_size(self, i: int) -> int:
         total = 0
         for f in shard_files(self.index.shards[i]):

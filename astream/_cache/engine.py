@@ -212,6 +212,28 @@ class ShardEngine(Installation, AsyncResource):
     def is_ready(self, i: int) -> bool:
         return self.cache.entries[i].state is State.READY
 
+    def servable(self, i: int) -> str | None:
+        """The path of shard ``i`` if it may be served now as it is, else None (then
+        :meth:`reserve` fetches or checks it): ready, not waiting for a check (found by a
+        new run with ``validate_hash``, or suspect after a power cut), and its files on disk
+        with the sizes the index gives. A ready shard whose files are gone is forgotten."""
+        entry = self.cache.entries[i]
+        if entry.state is not State.READY or entry.needs_check(bool(self.validate_hash)):
+            return None
+        if self.cache.vanished(i):
+            self.stats.vanished += 1
+            self._wake()
+            return None
+        return self.cache.raw_path(i)
+
+    def recheck(self, i: int) -> bool:
+        """A reader could not open shard ``i``'s file: forget it if it is gone (True)."""
+        if self.cache.vanished(i):
+            self.stats.vanished += 1
+            self._wake()
+            return True
+        return False
+
     def is_absent(self, i: int) -> bool:
         return self.cache.entries[i].state is State.ABSENT
 

@@ -30,6 +30,8 @@ class CacheStats:
         retries: transfer attempts retried (any cause).
         throttled: retries caused by the remote shedding load (429, 503, SlowDown).
         hash_failures: shards that failed ``validate_hash`` (and were fetched again).
+        vanished: ready shards whose files were found gone from the disk (removed by
+            someone else) and were forgotten, to be fetched again.
         consumer_wait_s: seconds a consumer spent waiting for a shard to be ready.
         download_s: seconds transfers took, summed over transfers (they overlap).
         decode_s: seconds spent hashing, decompressing and writing the bytes that arrived.
@@ -51,6 +53,7 @@ class CacheStats:
     retries: int = 0
     throttled: int = 0
     hash_failures: int = 0
+    vanished: int = 0
     consumer_wait_s: float = 0.0
     download_s: float = 0.0
     decode_s: float = 0.0

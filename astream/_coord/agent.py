@@ -33,7 +33,7 @@ from typing import Any
 from astream._coord.barriers import Arrival, Barrier, BarrierBook
 from astream._coord.config import CoordConfig
 from astream._coord.connection import Conn, Wait, error_body, socket_file
-from astream._coord.provider import Hurried, PlanAware, ShardProvider
+from astream._coord.provider import Hurried, PlanAware, Rechecked, ShardProvider
 from astream._coord.wire import ProtocolError
 from astream.errors import CoordinationError
 
@@ -48,17 +48,21 @@ class Agent:
     Args:
         provider: the node's shard cache.
         config: timeouts (``agent_linger``, ``connect_timeout``) and limits.
+        view: the identity of the one dataset it serves (the clients' address is derived
+            from it too); a client whose hello names another is refused.
     """
 
-    def __init__(self, provider: ShardProvider, config: CoordConfig) -> None:
+    def __init__(self, provider: ShardProvider, config: CoordConfig, view: str = "") -> None:
         self.provider = provider
         self.config = config
+        self.view = view
         self.barriers = BarrierBook()
         self.stats: Counter[str] = Counter()
         self.allowed_uid = os.getuid()  # only processes of this user may join
         self._conns: dict[int, Conn] = {}
         self._planned: PlanAware | None = provider if isinstance(provider, PlanAware) else None
         self._hurried: Hurried | None = provider if isinstance(provider, Hurried) else None
+        self._rechecked: Rechecked | None = provider if isinstance(provider, Rechecked) else None
         self._warned_twins: set[str] = set()
         self._count = 0
         self._pins: Counter[str] = Counter()
@@ -197,6 +201,8 @@ class Agent:
             conn.send({"id": request, "ok": True, "epoch": self._epoch})
         elif op == "get_epoch":
             conn.send({"id": request, "ok": True, "epoch": self._epoch})
+        elif op == "missing":
+            self._missing(conn, msg["key"], request)
         elif op == "inspect":
             conn.send({"id": request, "ok": True, **self.inspect_shard(msg["key"])})
         elif op == "inspect_barrier":
@@ -211,6 +217,14 @@ class Agent:
     def _hello(self, conn: Conn, msg: dict[str, Any]) -> None:
         if conn.greeted:
             raise ProtocolError("second hello on one connection")
+        view = msg.get("view") or ""
+        if view != self.view:
+            # Its keys would name this dataset's shards: it would read another dataset's data.
+            conn.send({"id": msg["id"], "ok": False, "error": error_body(CoordinationError(
+                f"{msg['member']} (pid {msg['pid']}) reads dataset {view or '(none)'} but this node agent serves "
+                f"dataset {self.view or '(none)'}; two datasets never share an agent: check that every process "
+                "of the node runs the same astream version"))})
+            return
         conn.greeted, conn.member, conn.pid = True, msg["member"], msg["pid"]
         self.barriers.joined(conn.member)
         hint = msg["epoch_hint"]
@@ -279,6 +293,17 @@ class Agent:
                 self.stats["coalesced"] += 1
                 continue
             self._start_fetch(key)
+
+    def _missing(self, conn: Conn, key: str, request: int) -> None:
+        """A client found ``key``'s file gone after it was given its path (a cleaner of the
+        temporary folder, a user): the provider looks at the disk again and forgets it if so,
+        and the client is answered as an ``ensure`` (a fetch, or the path if it is there)."""
+        self.stats["missing"] += 1
+        if key not in self._inflight and self._rechecked is not None and self._rechecked.recheck(key):
+            self.stats["refetched"] += 1
+            log.warning("astream agent: shard %r vanished from the cache (pid %d saw it); fetching it again",
+                        key, conn.pid)
+        self._ensure(conn, [key], request, pin=False, single=True)
 
     def _prefetch(self, conn: Conn, keys: list[str], *, first: bool = False) -> None:
         for key in keys:

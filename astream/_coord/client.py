@@ -60,15 +60,20 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         world: this process's place; default :meth:`World.from_env`.
         member: its name at barriers; default ``world.member`` (``"rank3.worker1"``).
         config: timeouts and limits.
+        view: the identity of the dataset this client reads (its indexes, splits, columns):
+            part of the agent's address, and checked by the agent at hello, so two datasets
+            on one ``local`` never share an agent (each would read the other's shards).
     """
 
     def __init__(self, local: str, provider: ProviderFactory, *, run_id: str | None = None,
-                 world: World | None = None, member: str | None = None, config: CoordConfig | None = None) -> None:
+                 world: World | None = None, member: str | None = None, config: CoordConfig | None = None,
+                 view: str = "") -> None:
         self.config = config or CoordConfig()
         self.world = world or World.from_env()
         self.member = member or self.world.member
+        self.view = view
         self.address: Address = derive_address(
-            local, default_run_id() if run_id is None else run_id, abstract=self.config.abstract
+            local, default_run_id() if run_id is None else run_id, abstract=self.config.abstract, view=view
         )
         self._provider = provider
         self._policy = WatchPolicy(self.config.watch_warn_after, self.config.watch_fail_after)
@@ -183,6 +188,23 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                 if self._pins[key] > 0:
                     self._paths[key] = fetched[key]
         return [p for p in paths if p is not None]
+
+    async def refetch(self, key: str) -> str:
+        """The file of ``key`` the node gave this client is gone (``FileNotFoundError``): have
+        the node look again, fetch it anew if it is gone indeed, and return its path.
+
+        The client's pins of ``key`` stay as they are (the node keeps counting them).
+
+        Raises:
+            AstreamError: the fetch failed, as for :meth:`ensure`.
+        """
+        self._paths.pop(key, None)
+        answer = await self._call({"op": "missing", "key": key}, watch=f"shard {key!r}",
+                                  describe=lambda: self._inspect_shard(key))
+        path: str = answer["path"]
+        if self._pins[key] > 0:
+            self._paths[key] = path
+        return path
 
     async def prefetch(self, keys: Sequence[str], *, first: bool = False) -> None:
         """Ask the node to start fetching ``keys`` now, without waiting or pinning (one-way).
@@ -448,7 +470,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
                 if state["abandoned"]:
                     return 0
                 state["ran"] = True
-            return start_agent(listener, self._provider, self.config)
+            return start_agent(listener, self._provider, self.config, self.view)
 
         task = asyncio.ensure_future(asyncio.to_thread(start))
         try:
@@ -473,7 +495,7 @@ class AsyncNodeClient(PlanReports, AsyncResource):
         try:
             answer = await link.request({
                 "op": "hello", "member": self.member, "pid": os.getpid(),
-                "epoch_hint": self._epoch_hint, "pins": sorted(self._pins),
+                "epoch_hint": self._epoch_hint, "pins": sorted(self._pins), "view": self.view,
             })
         except BaseException as exc:
             link.close()

@@ -46,25 +46,26 @@ def new_event_loop() -> asyncio.AbstractEventLoop:
 
 def run_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
               on_ready: Callable[[], None], *, signals: bool = False,
-              on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None) -> None:
+              on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None, view: str = "") -> None:
     """Run an agent on ``listener`` until it goes idle; blocks (a process or a thread).
 
-    ``on_agent`` is told the loop and the agent once it exists (to stop it from elsewhere).
+    ``on_agent`` is told the loop and the agent once it exists (to stop it from elsewhere);
+    ``view``: the dataset it serves (see :class:`~astream._coord.agent.Agent`).
 
     Raises:
         Exception: whatever stopped the agent from starting (bad factory, rebuild failed).
     """
     loop = new_event_loop()
     try:
-        loop.run_until_complete(_serve(listener, factory, config, on_ready, signals, on_agent))
+        loop.run_until_complete(_serve(listener, factory, config, on_ready, signals, on_agent, view))
     finally:
         loop.close()
 
 
 async def _serve(listener: socket.socket, factory: ProviderFactory, config: CoordConfig,
                  on_ready: Callable[[], None], signals: bool,
-                 on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None) -> None:
-    agent = Agent(factory(), config)
+                 on_agent: Callable[[asyncio.AbstractEventLoop, Agent], None] | None = None, view: str = "") -> None:
+    agent = Agent(factory(), config, view)
     if on_agent is not None:
         on_agent(asyncio.get_running_loop(), agent)
     if signals:
@@ -74,7 +75,7 @@ async def _serve(listener: socket.socket, factory: ProviderFactory, config: Coor
     await agent.serve(listener, on_ready)
 
 
-def start_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+def start_agent(listener: socket.socket, factory: ProviderFactory, config: CoordConfig, view: str = "") -> int:
     """Start an agent serving ``listener``; return its pid once it accepts clients. Blocks.
 
     The caller's copy of ``listener`` is closed in process mode (the agent owns it now).
@@ -83,9 +84,9 @@ def start_agent(listener: socket.socket, factory: ProviderFactory, config: Coord
         CoordinationError: the agent did not start within ``config.connect_timeout``.
     """
     if config.agent_mode == "thread":
-        return _start_thread(listener, factory, config)
+        return _start_thread(listener, factory, config, view)
     try:
-        return _start_process(listener, factory, config)
+        return _start_process(listener, factory, config, view)
     finally:
         listener.close()
 
@@ -122,14 +123,15 @@ def _track_thread_agent(thread: threading.Thread, running: list[tuple[asyncio.Ab
     _thread_agents.append((thread, running))
 
 
-def _start_thread(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+def _start_thread(listener: socket.socket, factory: ProviderFactory, config: CoordConfig, view: str) -> int:
     ready = threading.Event()
     failure: list[BaseException] = []
     running: list[tuple[asyncio.AbstractEventLoop, Agent]] = []
 
     def target() -> None:
         try:
-            run_agent(listener, factory, config, ready.set, on_agent=lambda loop, agent: running.append((loop, agent)))
+            run_agent(listener, factory, config, ready.set, on_agent=lambda loop, agent: running.append((loop, agent)),
+                      view=view)
         except BaseException as exc:
             failure.append(exc)
             # A program that ended while its agent started (it took a batch and left): the
@@ -155,9 +157,9 @@ def refused_at_exit(exc: BaseException) -> bool:
     return isinstance(exc, RuntimeError) and "cannot schedule new futures after" in str(exc)
 
 
-def _start_process(listener: socket.socket, factory: ProviderFactory, config: CoordConfig) -> int:
+def _start_process(listener: socket.socket, factory: ProviderFactory, config: CoordConfig, view: str) -> int:
     try:
-        payload = pickle.dumps((factory, config))
+        payload = pickle.dumps((factory, config, view))
     except Exception as exc:
         raise CoordinationError(
             f"the provider factory {factory!r} must be picklable to start the node agent: {exc}"
@@ -208,9 +210,9 @@ def agent_main(argv: list[str]) -> int:
             out.close()
 
     try:
-        factory, config = pickle.loads(sys.stdin.buffer.read())
+        factory, config, view = pickle.loads(sys.stdin.buffer.read())
         logging.basicConfig(level=logging.WARNING, format="%(asctime)s astream-agent[%(process)d] %(message)s")
-        run_agent(listener, factory, config, ready, signals=True)
+        run_agent(listener, factory, config, ready, signals=True, view=view)
     except BaseException as exc:
         with contextlib.suppress(OSError):
             out.write(f"error: {type(exc).__name__}: {exc}\n".encode())

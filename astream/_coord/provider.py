@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
-__all__ = ["Hurried", "PlanAware", "ProviderFactory", "ShardProvider", "StageCallback"]
+__all__ = ["Hurried", "PlanAware", "ProviderFactory", "Rechecked", "ShardProvider", "StageCallback"]
 
 StageCallback = Callable[[str], None]
 """Called by a provider as a shard moves through ``"queue"``, ``"download"``, ``"decompress"``..."""
@@ -59,6 +59,17 @@ class Hurried(Protocol):
 
 
 @runtime_checkable
+class Rechecked(Protocol):
+    """A provider that can look again at a shard a client found gone from the disk."""
+
+    def recheck(self, key: str) -> bool:
+        """A client could not open ``key``'s file at the path it was given: if its files are
+        not on disk as the index describes them, forget it (the next ensure fetches it
+        again) and return True. Never blocks for long (a few ``stat`` calls)."""
+        ...
+
+
+@runtime_checkable
 class ShardProvider(Protocol):
     """What the node agent needs from the node's shard cache.
 
@@ -76,7 +87,8 @@ class ShardProvider(Protocol):
         ...
 
     def lookup(self, key: str) -> str | None:
-        """The local path of ``key`` if it is complete in the cache now, else None. Never blocks.
+        """The local path of ``key`` if it is complete in the cache now and may be served
+        as it is (not waiting for a check), else None. Never blocks.
 
         Raises:
             ConfigError: ``key`` names no shard of the provider (the agent checks each key

@@ -1,7 +1,10 @@
 """Where a node's processes meet: the agent's socket address, binding it, reaching it.
 
-Every process of a node that uses the same local cache for the same run derives the same
-address from ``(realpath(local), run_id, uid)``:
+Every process of a node that reads the same dataset through the same local cache for the
+same run derives the same address from ``(realpath(local), run_id, uid, view)``, where the
+view is the dataset's identity (its indexes, splits, columns and cache settings, see
+``astream._node.provider.view_of``): two datasets of one job on one ``local`` (a train
+and a val split, say) meet at two agents and never share one's books (issue 32, finding 1):
 
 - on Linux, a name in the abstract socket namespace (``\\0astream-<hash>``): nothing on
   disk, and the kernel frees the name the instant the last process holding it dies, so a
@@ -155,8 +158,8 @@ def resolve_run_id(run_id: str | None, ranks_per_node: int, env: Mapping[str, st
     return f"solo-{os.getpid()}-{uuid.uuid4().hex[:8]}", "none (one rank per node)"
 
 
-def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None = None) -> Address:
-    """The agent address of the node using cache folder ``local`` in run ``run_id``.
+def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None = None, view: str = "") -> Address:
+    """The agent address of the node reading dataset ``view`` through ``local`` in run ``run_id``.
 
     Raises:
         ConfigError: ``local`` is empty.
@@ -164,7 +167,8 @@ def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None =
     if not local:
         raise ConfigError("coordination needs a local cache folder")
     uid = os.getuid() if uid is None else uid
-    seed = f"{os.path.realpath(local)}\0{run_id}\0{uid}".encode()
+    parts = [os.path.realpath(local), run_id, str(uid), *([view] if view else [])]
+    seed = "\0".join(parts).encode()
     digest = hashlib.sha256(seed).hexdigest()[:24]
     if abstract:
         return Address(f"\0astream-{digest}", True, digest)

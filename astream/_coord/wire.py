@@ -108,8 +108,8 @@ class FrameDecoder:
 
 # -- message schemas -----------------------------------------------------------------
 
-_STR, _INT, _BOOL, _NUM, _PARTIES, _STRS, _KEYS, _INTS, _OPT_BOOL, _EPOCH, _OPT_EPOCH = (
-    "str", "int", "bool", "num", "parties", "strs", "keys", "ints", "bool?", "epoch", "epoch?"
+_STR, _INT, _BOOL, _NUM, _PARTIES, _STRS, _KEYS, _INTS, _OPT_BOOL, _EPOCH, _OPT_EPOCH, _OPT_STR = (
+    "str", "int", "bool", "num", "parties", "strs", "keys", "ints", "bool?", "epoch", "epoch?", "str?"
 )
 # Every integer on the wire is a count, an id or a position: 0 <= n < 2**63 (the int64 of
 # the plan's arithmetic). An epoch is also below 2**31 (it seeds the shuffle, and is
@@ -121,7 +121,9 @@ MAX_USES = 16384  # shard uses per "plan" message (a reader's plan goes in sever
 
 # op -> (fields, answer expected)
 REQUESTS: dict[str, dict[str, str]] = {
-    "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_EPOCH, "pins": _STRS},
+    # ``view``: the identity of the dataset the client reads (absent: ""); the agent serves
+    # one dataset and refuses a client of another (it would read the wrong shards).
+    "hello": {"member": _STR, "pid": _INT, "epoch_hint": _OPT_EPOCH, "pins": _STRS, "view": _OPT_STR},
     # ``first``: a reader's first batch of an iteration reads these (absent: False); the
     # node fetches such shards before any reader's later ones.
     "ensure": {"key": _STR, "pin": _BOOL, "first": _OPT_BOOL},
@@ -138,6 +140,9 @@ REQUESTS: dict[str, dict[str, str]] = {
     "set_epoch": {"epoch": _EPOCH},
     "get_epoch": {},
     "inspect": {"key": _STR},
+    # The client found ``key``'s file gone (or not as the index says) after the agent gave
+    # its path: the agent checks, forgets it if so, and answers as ``ensure`` does.
+    "missing": {"key": _STR},
     "inspect_barrier": {"name": _STR},
     "stats": {},
     "bye": {},
@@ -159,6 +164,8 @@ def _check(value: object, kind: str) -> bool:
         return _check(value, _INT) and value <= MAX_EPOCH  # type: ignore[operator]
     if kind == _OPT_EPOCH:
         return value is None or _check(value, _EPOCH)
+    if kind == _OPT_STR:
+        return value is None or value == "" or _check(value, _STR)
     if kind == _BOOL:
         return isinstance(value, bool)
     if kind == _OPT_BOOL:

@@ -22,6 +22,7 @@ import numpy as np
 
 from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
+from astream._cache.origin import claim_folder
 from astream._cache.parquet_index import load_parquet_index
 from astream._cache.plan_states import load_plan_states, save_plan_states
 from astream._cache.wds_index import load_wds_index
@@ -409,6 +410,9 @@ async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
 
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
+        # Whose cache the folder is, before anything of the remote comes into it (issue 31 item 1).
+        claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
+        await asyncio.get_running_loop().run_in_executor(None, claim)
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
             check_hashes_present(index, s.validate_hash)

@@ -25,9 +25,10 @@ from astream._dataset.read.reader import EpochReader
 from astream._dataset.read.samples import SampleSteps
 from astream._dataset.read.shards import OpenShards
 from astream._format.index import Index
-from astream._node.provider import shard_key
+from astream._node.provider import shard_key, view_of
 from astream._sampling.order import WorkerBatches
 from astream._sampling.plan import EpochPlan
+from astream.errors import ShardFormatError
 
 __all__ = ["NodeSession", "main_member"]
 
@@ -62,6 +63,7 @@ class NodeSession:
         self._arriving_paths: list[str | None] | bool | None = False
         self._plans: OrderedDict[Hashable, EpochPlan] = OrderedDict()
         self._plans_lock = threading.Lock()
+        self._view: str | None = None  # the dataset's identity at its node agent (see view_of)
 
     def plan(self, key: Hashable, build: Callable[[], EpochPlan]) -> EpochPlan:
         """The plan for ``key``, built once while it stays among the last few used."""
@@ -100,8 +102,11 @@ class NodeSession:
         cfg = self._config
         world = cfg.unique_world.with_worker(worker, workers_per_rank)
         member = {"main": main_member(world.rank), "warm": f"rank{world.rank}.warm"}.get(role, world.member)
-        return AsyncNodeClient(cfg.streams[0].local_dir, cfg.provider(self._indexes), run_id=cfg.run_id,
-                               world=world, member=member, config=cfg.coord_config())
+        factory = cfg.provider(self._indexes)
+        if self._view is None:
+            self._view = view_of(factory)
+        return AsyncNodeClient(cfg.streams[0].local_dir, factory, run_id=cfg.run_id,
+                               world=world, member=member, config=cfg.coord_config(), view=self._view)
 
     async def aclose(self) -> None:
         """Leave the node for the running loop; idempotent."""
@@ -142,7 +147,10 @@ class NodeSession:
         key = shard_key(self._smap.shard_stream[shard], self._smap.shard_local[shard])
         path = await node.ensure(key, pin=True)
         try:
-            return self.shards.get(shard, path).get(offset)
+            try:
+                return self.shards.get(shard, path).get(offset)
+            except ShardFormatError:  # its file may be gone since the node installed it
+                return self.shards.get(shard, await node.refetch(key)).get(offset)
         finally:
             await node.unpin(key)
 

@@ -8,13 +8,13 @@ inherit the dataset's (``download_retry``, ``download_timeout``, ``validate_hash
 from __future__ import annotations
 
 import os
-import tempfile
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any, overload
 
 import xxhash
 
+from astream._cache.origin import default_cache_base
 from astream._checks import check_optional_int, check_seconds
 from astream._format.hashing import check_algorithm
 from astream._format.names import check_split
@@ -30,12 +30,12 @@ FORMATS = ("mds", "parquet", "webdataset")
 def default_cache_dir(remote: str) -> str:
     """Where a stream without ``local`` is cached: one folder per remote.
 
-    ``$ASTREAM_CACHE_DIR`` if set, else ``<tmp>/astream``; inside it a folder named by a
-    digest of the remote URL (so two remotes never share a cache). A split is a
-    sub-folder of it, as of any local directory.
+    Inside :func:`~astream._cache.origin.default_cache_base` (``$ASTREAM_CACHE_DIR``,
+    ``$XDG_CACHE_HOME/astream`` or ``<tmp>/astream-<uid>``, private to the user), a folder
+    named by a digest of the remote URL (so two remotes never share a cache). A split is
+    a sub-folder of it, as of any local directory.
     """
-    base = os.environ.get("ASTREAM_CACHE_DIR") or os.path.join(tempfile.gettempdir(), "astream")
-    return os.path.join(base, xxhash.xxh64(remote.rstrip("/").encode()).hexdigest())
+    return os.path.join(default_cache_base(), xxhash.xxh64(remote.rstrip("/").encode()).hexdigest())
 
 
 class _Weight:
@@ -69,7 +69,7 @@ class Stream:
         remote: where the shards live (a path, ``file://``, ``http(s)://``, ``s3://``), or
             None for a local-only dataset.
         local: the local cache directory (the dataset itself when ``remote`` is None);
-            default: a per-remote folder under ``$ASTREAM_CACHE_DIR`` or the temp dir.
+            default: a per-remote folder of the user's private cache (:func:`default_cache_dir`).
         split: a sub-directory of both.
         proportion: relative weight in the mixture (all streams relative, or none).
         repeat: how many times to draw the stream per epoch (may be fractional).

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import os
 import time
@@ -30,6 +31,7 @@ from typing import Any, cast
 
 import numpy as np
 import numpy.typing as npt
+import xxhash
 
 from astream._cache.engine import ShardEngine
 from astream._cache.eviction import NodePlan
@@ -50,6 +52,7 @@ __all__ = [
     "encode_use",
     "encode_uses",
     "shard_key",
+    "view_of",
 ]
 
 log = logging.getLogger("astream.cache")
@@ -120,6 +123,34 @@ class CacheProviderFactory:
         return CacheProvider(self.streams, self.max_concurrency, self.pinned_at_once, self.indexes)
 
 
+def view_of(factory: CacheProviderFactory) -> str:
+    """The identity of the dataset a factory serves: every stream's folder, remote, split and
+    cache settings, and every shard its index describes (names, sizes, digests, columns).
+
+    The node agent's address is derived from it and the agent checks it at each hello: two
+    datasets of one job that share ``local`` (a train and a val split, two remotes, other
+    Parquet columns) meet at two agents, each with its own books and indexes, and never
+    read each other's shards under the same keys (issue 32, finding 1).
+    """
+    digest = xxhash.xxh3_128()
+    for i, spec in enumerate(factory.streams):
+        digest.update(json.dumps([os.path.realpath(spec.local), spec.remote, spec.split, spec.validate_hash,
+                                  spec.keep_zip, spec.cache_limit]).encode())
+        if factory.indexes is None:
+            continue
+        digest.update(b"\0index\0")
+        for shard in factory.indexes[i].shards:
+            digest.update(_shard_view(shard))
+    return digest.hexdigest()[:24]
+
+
+def _shard_view(shard: Any) -> bytes:
+    zip_data = shard.zip_data
+    return repr((shard.raw_data.basename, shard.raw_data.bytes, sorted(shard.raw_data.hashes.items()),
+                 None if zip_data is None else (zip_data.basename, zip_data.bytes, sorted(zip_data.hashes.items())),
+                 shard.samples, shard.column_names, shard.column_encodings, shard.format)).encode()
+
+
 Key = tuple[int, int]
 
 
@@ -186,8 +217,16 @@ class CacheProvider:
         return engine, shard
 
     def lookup(self, key: str) -> str | None:
+        # Not merely ready: a shard found in the cache by a new run with validate_hash, or
+        # suspect after a power cut, is checked first (the ensure that follows does it), and
+        # one whose file is gone is fetched again (issue 32 finding 4, issue 31 item 2).
         engine, shard = self._engine(key)
-        return engine.path(shard) if engine.is_ready(shard) else None
+        return engine.servable(shard)
+
+    def recheck(self, key: str) -> bool:
+        """A reader could not open ``key``'s file: forget it if it is gone (see ``Rechecked``)."""
+        engine, shard = self._engine(key)
+        return engine.recheck(shard)
 
     def _next_use(self, stream: int) -> Callable[[int], float] | None:
         if not self._plan.readers:

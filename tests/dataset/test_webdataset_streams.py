@@ -11,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from astream._cache.origin import ORIGIN_NAME
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
 from astream.cli import main as cli
@@ -137,7 +138,7 @@ def test_s3_prefix_listed(folder: Path, tmp_path: Path) -> None:
         client.put_object(Bucket="wds-bucket", Key="mixed/b.tar", Body=b"not a tar" * 200)
         with pytest.raises(ShardFormatError, match=r"b\.tar: not a tar file"):
             StreamingDataset(remote="s3://wds-bucket/mixed", local=str(tmp_path / "mixed"), format="webdataset")
-        assert sorted(p.name for p in (tmp_path / "mixed").iterdir()) == ["a.tar"]
+        assert sorted(p.name for p in (tmp_path / "mixed").iterdir()) == [ORIGIN_NAME, "a.tar"]  # (whose cache)
 
 
 def test_bad_input_is_named(folder: Path, tmp_path: Path) -> None:

@@ -15,6 +15,7 @@ from hostile import run_capped
 
 from astream import Loader, MDSWriter, StreamingDataset
 from astream._cache import index_file
+from astream._cache.origin import ORIGIN_NAME
 from astream._cache.wds_index import load_tars
 from astream._format.index import MAX_INDEX_BYTES, Index
 from astream.errors import DownloadError, IndexFormatError, StateError
@@ -40,7 +41,7 @@ def test_a_huge_local_index(tmp_path: Path) -> None:
     assert f"{HUGE} bytes, over the {MAX_INDEX_BYTES >> 20} MiB" in got["local"]
     assert got["stream"].startswith("DownloadError: "), got["stream"]
     assert "index.json: more than" in got["stream"]
-    assert sorted(os.listdir(tmp_path / "cache")) == []  # no index, no temporary
+    assert sorted(os.listdir(tmp_path / "cache")) == [ORIGIN_NAME]  # no index, no temporary (whose cache it is)
 
 
 def test_a_huge_index_over_http_stops_as_it_arrives(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -50,7 +51,7 @@ def test_a_huge_index_over_http_stops_as_it_arrives(tmp_path: Path, monkeypatch:
     with LoopbackServer(str(tmp_path / "remote")) as server, \
             pytest.raises(DownloadError, match=r"index\.json: more than 1048576 bytes"):
         StreamingDataset(remote=server.url, local=str(tmp_path / "cache"))
-    assert os.listdir(tmp_path / "cache") == []
+    assert os.listdir(tmp_path / "cache") == [ORIGIN_NAME]
 
 
 def _shard(samples: object) -> dict[str, object]:

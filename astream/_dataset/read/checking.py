@@ -16,6 +16,7 @@ from astream._coord.client import AsyncNodeClient
 from astream._dataset.read.arriving import ArrivingShards
 from astream._dataset.read.installed import check_installed
 from astream._dataset.read.ledger import ServedLedger
+from astream.errors import ServedSamplesError
 
 __all__ = ["ServedChecks"]
 
@@ -52,7 +53,7 @@ class ServedChecks:
             self._forget(shard)
             raise
         if path:
-            await self._verify(shard, path)
+            await self._verify(lease, shard, path)
             return
         # Passed before this reader asked for it (all of it was served early): the shard is
         # still needed, to check what was served.
@@ -63,17 +64,25 @@ class ServedChecks:
             self._forget(shard)
             raise
         try:
-            await self._verify(shard, path)
+            await self._verify(lease, shard, path)
         finally:
             await self._node.unpin(key)
 
-    async def _verify(self, shard: int, path: str) -> None:
+    async def _verify(self, lease: int, shard: int, path: str) -> None:
         owed = self.ledger.take(shard)
         arriving = self._arriving
         try:
             if owed is not None:
                 sources = {} if arriving is None else arriving.sources(shard)
-                await asyncio.to_thread(check_installed, owed, path, sources)
+                try:
+                    await asyncio.to_thread(check_installed, owed, path, sources)
+                except ServedSamplesError as exc:
+                    if not isinstance(exc.__cause__, FileNotFoundError):
+                        raise
+                    # Removed since its install (a temp-folder cleaner): what was served is
+                    # checked against the copy the node fetches again (issue 31, item 2).
+                    await asyncio.to_thread(check_installed, owed, await self._node.refetch(self._key(lease)),
+                                            sources)
         finally:
             if arriving is not None:
                 arriving.release(shard)

@@ -52,8 +52,10 @@ from astream._dataset.read.peek import PeekedRecords, RemotePeek
 from astream._dataset.read.requests import LeaseRequests
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards, ResidentPages
+from astream._node.provider import shard_key
 from astream._resource import AsyncResource
 from astream._sampling.order import WorkerBatches
+from astream.errors import ShardFormatError
 
 __all__ = ["CHUNK", "EpochReader", "StartAt"]
 
@@ -66,6 +68,9 @@ StartAt = Callable[[], Awaitable[int]]
 
 # Samples per chunk of direct iteration (``for sample in ds``).
 CHUNK = 64
+
+# Reads of a batch whose shard files vanished from the cache, after the first.
+_REFETCHES = 3
 
 
 class EpochReader(AsyncResource):
@@ -199,6 +204,24 @@ class EpochReader(AsyncResource):
                                                                          self._batch_transform, batch)
         return batch
 
+    async def _read(self, read: Callable[..., Awaitable[Any]], a: int, b: int, *extra: Any) -> Any:
+        """``read(a, b, peeked, *extra)`` once positions ``a:b`` are readable. A shard file the
+        node gave this reader that cannot be opened any more (removed by a temp-folder cleaner
+        or by hand after its install) is reported to the node, which fetches it again if it
+        is gone, and the read is retried a few times (issue 31, item 2): the error path only."""
+        for attempt in range(_REFETCHES + 1):
+            peeked = await self._fetch(a, b)
+            try:
+                return await read(a, b, peeked, *extra)
+            except ShardFormatError:
+                paths = self._leases.paths
+                shards = [g for g in map(int, np.unique(self._shard[a:b])) if g in paths and g not in peeked]
+                if not shards or attempt == _REFETCHES:
+                    raise
+                for g in shards:
+                    paths[g] = await self._node.refetch(shard_key(self._smap.shard_stream[g], self._smap.shard_local[g]))
+        raise AssertionError("unreachable")
+
     async def batches(
         self, collate: Callable[[list[dict[str, Any]]], Any] | None = None, *, start_at: StartAt | None = None,
         served_first: ServedLedger | None = None,
@@ -230,7 +253,7 @@ class EpochReader(AsyncResource):
         await self._leases.start()
         for k in range(first, order.num_batches):
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = await self._batch(a, b, await self._fetch(a, b), collate, k)  # (batch k of the order)
+            batch = await self._read(self._batch, a, b, collate, k)  # (batch k of the order)
             if not self._assembly.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._leases.advance(b)
@@ -249,7 +272,7 @@ class EpochReader(AsyncResource):
         a, size = 0, 1
         while a < n:
             b = min(a + size, n)
-            out = await self._samples(a, b, await self._fetch(a, b))
+            out = await self._read(self._samples, a, b)
             self._pages.touched(self._shard[a:b])
             await self._leases.advance(b)
             yield out
@@ -265,7 +288,7 @@ class EpochReader(AsyncResource):
         await self._leases.start()
         for a in range(0, n, chunk):
             b = min(a + chunk, n)
-            for sample in await self._samples(a, b, await self._fetch(a, b)):
+            for sample in await self._read(self._samples, a, b):
                 yield sample
             self._pages.touched(self._shard[a:b])
             await self._leases.advance(b)
