@@ -15,6 +15,8 @@ and left out of its curve.
 - ``agent``: one node agent under ``--clients`` light client processes (72: 8 ranks x 8
   workers and their main processes), each ``ensure`` of a cached shard in a closed loop:
   p50/p99 latency, the agent's CPU per request, the slowest client's rate over the fastest's.
+- ``streams``: a shuffled dataset of ``--streams`` local streams of 100 shards each:
+  construction and the first batch.
 
     python benchmarks/scale_bench.py --curve plan world --runs 1 --png-dir docs/bench/img
     python benchmarks/scale_bench.py --curve plan --samples 1e6 1e7 --runs 1      # a quick look
@@ -81,6 +83,8 @@ CURVES = {
     "plan": ("one rank's plan against the epoch's samples (64 nodes x 8 ranks)", "samples", _plan_cases),
     "world": ("one rank's plan against the world's nodes (8 ranks each, 10^8 samples)", "nodes", _plan_cases),
     "agent": ("the node agent under N clients", "clients", None),
+    "streams": ("a shuffled dataset of N local streams of 100 shards: construction and the first batch",
+                "streams", None),
     "index": ("reading an index.json of N shards: astream's node build (once), attach (every other process), "
               "its JSON reader; mosaicml's", "shards", _index_cases),
 }
@@ -125,6 +129,39 @@ def agent_curve(args: Any) -> None:
         print(f"chart: {chart('agent', 'the node agent under N clients', 'clients', series, args.png_dir, 'agent CPU µs per request', ('latency µs (all requests)', ''))}")
 
 
+def streams_curve(args: Any) -> None:
+    """Construction and first batch against the number of streams (hard-linked copies of
+    one 100-shard dataset, made once under the data folder)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+    from astream import MDSWriter
+
+    bench = Bench("scale-streams", args)
+    base = bench.data / "streams-base"
+    if not (base / "index.json").exists():
+        with MDSWriter(out=str(base), columns={"id": "int64", "x": "bytes"}, size_limit=560) as w:
+            for i in range(300):  # 3 samples a shard: 100 shards
+                w.write({"id": i, "x": b"a" * 100})
+    rows, series = [], {"cpu": {"construction": [], "first batch": []}, "rss": {"astream": []}}
+    for n in args.streams:
+        record = bench.once({"curve": "streams", "x": n}, "astream", "scale", "many_streams",
+                            {"root": str(bench.data / "streams"), "base": str(base), "count": n,
+                             "mem_cap_mb": args.mem_cap_mb})
+        r = record["result"]
+        series["cpu"]["construction"].append((n, r["construct_cpu_s"]))
+        series["cpu"]["first batch"].append((n, r["first_batch_cpu_s"]))
+        series["rss"]["astream"].append((n, r["peak_rss_mb"]))
+        rows.append([f"{n:,}", f"{r['construct_s']:.2f}", f"{r['construct_cpu_s']:.2f}", f"{r['first_batch_s']:.2f}",
+                     f"{r['first_batch_cpu_s']:.2f}", f"{r['peak_rss_mb']:,.0f}"])
+    rows.append(["growth (last decade)", "-", growth(*zip(*series["cpu"]["construction"], strict=True)), "-",
+                 growth(*zip(*series["cpu"]["first batch"], strict=True)), growth(*zip(*series["rss"]["astream"],
+                                                                                        strict=True))])
+    bench.table(f"a shuffled dataset of N local streams of 100 shards; load {bench.loads()}",
+                ["streams", "construct s", "construct CPU s", "first batch s", "first batch CPU s", "peak RSS MB"],
+                rows)
+    if args.png_dir:
+        print(f"chart: {chart('streams', 'N local streams of 100 shards', 'streams', series, args.png_dir, 'peak RSS (MB)')}")
+
+
 def growth(xs: list[float], ys: list[float]) -> str:
     """The log-log slope over the curve's last decade(s): ``~x^k`` (k = 1 is linear)."""
     pairs = [(x, y) for x, y in zip(xs, ys, strict=True) if y and y > 0]
@@ -143,7 +180,8 @@ def chart(curve: str, title: str, xlabel: str, series: dict[str, dict[str, list[
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 2, figsize=(10, 4))
-    colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e", "build": "#2ca02c", "json": "#9467bd"}
+    colors = {"astream": "#1f77b4", "mosaicml": "#ff7f0e", "build": "#2ca02c", "json": "#9467bd",
+              "construction": "#1f77b4", "first batch": "#17becf", "p50": "#1f77b4", "p99": "#d62728"}
     for ax, (metric, label) in zip(axes, (("cpu", first[0]), ("rss", memory)), strict=True):
         for side, points in series[metric].items():
             if points:
@@ -171,13 +209,14 @@ def main() -> None:
     p.add_argument("--shards", nargs="*", type=_num, default=[10**3, 10**4, 10**5, 10**6])
     p.add_argument("--clients", nargs="*", type=_num, default=[1, 8, 32, 72])
     p.add_argument("--agent-seconds", type=float, default=5.0)
+    p.add_argument("--streams", nargs="*", type=_num, default=[1, 10, 100, 1000, 10000])
     p.add_argument("--mem-cap-mb", type=int, default=8000, help="address-space cap of each point's process")
     p.add_argument("--png-dir", type=Path, help="write the log-log charts there (needs matplotlib)")
     args = p.parse_args()
     for curve in args.curve:
         title, xlabel, cases = CURVES[curve]
         if cases is None:
-            agent_curve(args)
+            agent_curve(args) if curve == "agent" else streams_curve(args)
             continue
         memory = GROWTH if curve == "index" else PEAK
         bench = Bench(f"scale-{curve}", args)

@@ -24,7 +24,6 @@ from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
 from astream._cache.origin import claim_folder
 from astream._cache.parquet_index import load_parquet_index
-from astream._cache.plan_states import load_plan_states, save_plan_states
 from astream._cache.wds_index import load_wds_index
 from astream._coord.client import AsyncNodeClient
 from astream._coord.config import CoordConfig
@@ -41,6 +40,7 @@ from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
+from astream._dataset.shared_plan import worker_order
 from astream._dataset.start.early import EarlyFirst, early_first_batch
 from astream._dataset.start.preopen import preopen
 from astream._dataset.start.warmup import WarmStart
@@ -48,7 +48,7 @@ from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._format.index import Index
 from astream._node.provider import shard_key
-from astream._sampling.order import WorkerBatches, first_batch, worker_batches
+from astream._sampling.order import WorkerBatches, first_batch
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
 
@@ -328,19 +328,9 @@ class StreamingDataset(RandomAccess):
             self._worker_order(plan, 0, drop_last)
 
     def _worker_order(self, plan: EpochPlan, worker: int, drop_last: bool) -> WorkerBatches:
-        """One worker's batches of ``plan``. A shuffle starts from where the node's other
-        processes found each canonical node's draws begin, and keeps what it found for them
-        (:mod:`astream._cache.plan_states`): a rank's plan then costs its own share."""
-        world = self.config.world
-        shared = plan.shuffle and plan.batching_method == "random"
-        folder = self.config.streams[0].local_dir
-        if shared and not plan.node_states:
-            plan.node_states.update(load_plan_states(folder, plan.shuffle_key))
-        known = len(plan.node_states)
-        order = worker_batches(plan, world.node, world.local_rank, worker, drop_last=drop_last)
-        if shared and len(plan.node_states) > known:
-            save_plan_states(folder, plan.shuffle_key, plan.node_states)
-        return order
+        first = self.config.streams[0]  # (a local dataset's own folder is the user's data: nothing kept there)
+        return worker_order(plan, self.config.world, first.local_dir if first.remote is not None else None, worker,
+                            drop_last)
 
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
@@ -411,8 +401,9 @@ async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:
     async def one(s: Stream) -> Index:
         # Whose cache the folder is, before anything of the remote comes into it (issue 31 item 1).
-        claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
-        await asyncio.get_running_loop().run_in_executor(None, claim)
+        if s.remote is not None:  # (a dataset read in place is nobody's cache)
+            claim = functools.partial(claim_folder, s.local_dir, s.remote, s.split, default=s.local is None)
+            await asyncio.get_running_loop().run_in_executor(None, claim)
         index = await load(s)
         if s.validate_hash:  # refused here, at construction, not later inside the node agent
             check_hashes_present(index, s.validate_hash)

@@ -58,7 +58,20 @@ def layout_of(info: ShardInfo, source: str, allow_unsafe_types: bool) -> ShardLa
         return ParquetLayout(info, source)
     if info.format == "webdataset":
         return TarLayout(info, source)
-    return RecordLayout.from_shard(info, source, allow_unsafe_types)
+    # A writer repeats its columns in every shard entry: one layout (immutable) per
+    # distinct set, checked once. At 10^4 streams of 100 shards, making one per shard was
+    # most of a dataset's construction (~20 µs each).
+    key = (info.column_names, info.column_encodings, info.column_sizes, allow_unsafe_types)
+    layout = _RECORD_LAYOUTS.get(key)
+    if layout is None:
+        layout = RecordLayout.from_shard(info, source, allow_unsafe_types)
+        if len(_RECORD_LAYOUTS) >= 4096:
+            _RECORD_LAYOUTS.clear()
+        _RECORD_LAYOUTS[key] = layout
+    return layout
+
+
+_RECORD_LAYOUTS: dict[tuple[Any, ...], RecordLayout] = {}
 
 
 def open_shard(path: str, layout: ShardLayout, info: ShardInfo) -> SampleSource:
