@@ -35,8 +35,10 @@ OVER = {
     "astream/_sampling/plan.py": 459,
     "astream/_coord/agent.py": 477,
     "astream/_coord/client.py": 514,
-    "astream/_dataset/dataset.py": 434,
-    "astream/_dataset/loader.py": 545,
+    # Raised once, by the parameters of issues 36 and 37 (on_mixture_change, on_bad_sample and
+    # its budget): splitting both is issue 30's open step 6.
+    "astream/_dataset/dataset.py": 454,
+    "astream/_dataset/loader.py": 550,
     "astream/_dataset/transport/pipe.py": 749,
 }
 
