@@ -52,8 +52,9 @@ import contextlib
 import os
 import re
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 
+from astream._storage.executor import PriorityExecutor
 from astream._storage.sink import datasync, fsync_dir
 
 __all__ = ["MARKER_PREFIX", "BackgroundSync", "Marker", "find_markers", "pid_alive"]
@@ -134,7 +135,7 @@ class BackgroundSync:
     def __init__(self, root: str) -> None:
         self.root = root
         self.marker = os.path.join(root, f"{MARKER_PREFIX}{os.getpid()}.{os.urandom(4).hex()}")
-        self._pool: ThreadPoolExecutor | None = None
+        self._pool: PriorityExecutor | None = None
         self._prepared: asyncio.Future[None] | None = None
         self._lock = threading.RLock()
         self._pending: set[Future[None]] = set()
@@ -142,10 +143,14 @@ class BackgroundSync:
         self._failed: BaseException | None = None
         self._marker_made = False
 
-    def _thread(self) -> ThreadPoolExecutor:
+    def _thread(self) -> PriorityExecutor:
+        # astream's own pool, not concurrent.futures': the interpreter's exit hook stops
+        # those before atexit hooks run, and an agent on a thread of the rank closes its
+        # engines in one (launch._stop_thread_agents). With a stopped helper the final
+        # drain was refused and every job left its marker behind (issue 35).
         with self._lock:
             if self._pool is None:
-                self._pool = ThreadPoolExecutor(1, thread_name_prefix="astream-fsync")
+                self._pool = PriorityExecutor(1, name="astream-fsync")
             return self._pool
 
     def _make_marker(self) -> None:
