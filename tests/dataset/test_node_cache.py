@@ -97,7 +97,7 @@ class Outcome:
     planned: dict[str, list[int]]
     downloads: collections.Counter[str]  # shard file -> GET requests
     shards: int
-    dataset_bytes: int
+    dataset_bytes: int  # the shards' raw (decompressed) bytes: what the folder holds of them
     peak_bytes: int  # the folder's bytes on disk, sampled while the jobs ran
     left: list[str]  # names in the folder after every job exited
 
@@ -143,8 +143,7 @@ def _run_jobs(jobs: list[Job], server: LoopbackServer, tmp: Path, collide: bool)
     errors = {run: errs.get(run, "") for run, p in procs.items() if p.returncode != 0}
     folder = cache / "node0"
     return Outcome(jobs, results, errors, planned, downloads, len(index["shards"]),
-                   sum(s["zip_data"]["bytes"] if s.get("zip_data") else s["raw_data"]["bytes"]
-                       for s in index["shards"]),
+                   sum(s["raw_data"]["bytes"] for s in index["shards"]),
                    max(peak, _folder_bytes(folder)), sorted(os.listdir(folder)) if folder.is_dir() else [])
 
 
