@@ -33,8 +33,6 @@ OVER = {
     "astream/_cache/eviction.py": 418,
     "astream/_cache/engine.py": 419,
     "astream/_sampling/plan.py": 459,
-    "astream/_coord/agent.py": 452,
-    "astream/_coord/client.py": 492,
     "astream/_dataset/dataset.py": 430,
     "astream/_dataset/loader.py": 545,
     "astream/_dataset/transport/pipe.py": 749,
