@@ -27,8 +27,6 @@ FACADE_LINES = 500
 # Modules over the limit today, with the most lines each may keep until it is split
 # (issue 30): a ceiling that only comes down. A new module over the limit fails.
 OVER = {
-    "astream/_storage/base.py": 402,
-    "astream/_storage/s3.py": 402,
     "astream/_dataset/dataset.py": 430,
     "astream/_dataset/loader.py": 545,
     "astream/_dataset/transport/pipe.py": 749,
