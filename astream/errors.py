@@ -28,7 +28,8 @@ builtin exception describes the same failure, the astream class inherits it too,
     │   │   ├── RemoteNotFoundError (FileNotFoundError)
     │   │   ├── AccessDeniedError (PermissionError)  credentials missing or refused
     │   │   ├── RangeNotSupportedError      the remote cannot serve a byte range
-    │   │   └── DownloadTimeout (TimeoutError)
+    │   │   ├── DownloadTimeout (TimeoutError)
+    │   │   └── SizeMismatchError           the remote file's size is not what index.json says (truncated?)
     │   └── UploadError                     an upload failed for good
     ├── CacheError                          the local shard cache cannot do what was asked
     ├── CoordinationError                   the processes of a node could not agree
@@ -79,6 +80,7 @@ __all__ = [
     "SampleIndexError",
     "ServedSamplesError",
     "ShardFormatError",
+    "SizeMismatchError",
     "SourceChangedError",
     "StateError",
     "StorageError",
@@ -200,6 +202,10 @@ class RangeNotSupportedError(DownloadError):
 
 class DownloadTimeout(DownloadError, TimeoutError):
     """A download did not finish within ``download_timeout`` on every attempt."""
+
+
+class SizeMismatchError(DownloadError):
+    """A remote file's size differs from what index.json recorded: truncated, or changed since."""
 
 
 class UploadError(StorageError):

@@ -55,7 +55,7 @@ class SyncIterator(Generic[T]):
         self._waiting = False
         self._taken = threading.Event()
         # Not waited for here: a caller holding a batch already (a resume's first, see
-        # astream._dataset.early) hands it out while the loop thread starts the pump.
+        # astream._dataset.start.early) hands it out while the loop thread starts the pump.
         self._closed = False
         portal.submit(self._start(open_iterator, self._maxsize))
 

@@ -10,6 +10,7 @@ picklable, so it travels to worker processes as it is.
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable, Hashable, Mapping, MutableMapping, Sequence
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ from astream._dataset.mixture import (
     plan_changed,
     stream_key,
 )
+from astream._dataset.quarantine import RAISE, BadSamplePolicy, Quarantine
 from astream._dataset.state import dataset_fingerprint
 from astream._dataset.stream import Stream
 from astream._format.index import Index, ShardInfo
@@ -47,7 +49,7 @@ from astream._storage.registry import configure
 from astream._units import parse_bytes, parse_count
 from astream.errors import ConfigError
 
-__all__ = ["DatasetConfig"]
+__all__ = ["DatasetConfig", "shard_identity"]
 
 MIXTURE_CHANGES = ("raise", "continue")
 
@@ -86,6 +88,8 @@ class DatasetConfig:
     coord: CoordConfig | None
     transform: Callable[[Any], Any] | None = None
     storage_options: RemoteConfig = EMPTY
+    bad_samples: BadSamplePolicy = RAISE
+    quarantine: str | tuple[int, ...] | None = None  # resolved to ids once the indexes are read
     on_mixture_change: str = "raise"
 
     @classmethod
@@ -101,6 +105,8 @@ class DatasetConfig:
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
         stream_config: Mapping[str, Any] | None = None, on_mixture_change: str = "raise",
+        on_bad_sample: str = "raise", max_bad_samples: int | float | None = None,
+        skip_exceptions: Sequence[type[BaseException]] | None = None, quarantine: Quarantine = None,
     ) -> DatasetConfig:
         """Validate the constructor's keywords.
 
@@ -175,6 +181,8 @@ class DatasetConfig:
             world=_parallel_world(unique_world, replicas),
             run_id=run,
             coord=coord, transform=_check_transform(transform), storage_options=options,
+            bad_samples=BadSamplePolicy.build(on_bad_sample, max_bad_samples, skip_exceptions, quarantine is not None),
+            quarantine=_quarantine_source(quarantine),
             on_mixture_change=on_change,
         )
 
@@ -209,7 +217,7 @@ class DatasetConfig:
         for s, index in zip(self.streams, indexes, strict=True):
             where = s.remote or s.local_dir
             place = place_digest(where, s.split)
-            key = base = stream_key([_shard_identity(sh) for sh in index.shards], place)
+            key = base = stream_key([shard_identity(sh) for sh in index.shards], place)
             while key in streams:  # the same stream twice: each occurrence its own
                 key = f"{base}#{len(streams)}"
             streams[key] = StreamEntry(key, place, tuple(sh.samples for sh in index.shards),
@@ -222,7 +230,7 @@ class DatasetConfig:
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""
         return dataset_fingerprint([
-            {"shards": [_shard_identity(sh) for sh in index.shards],
+            {"shards": [shard_identity(sh) for sh in index.shards],
              "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
             for s, index in zip(self.streams, indexes, strict=True)
         ])
@@ -332,7 +340,17 @@ def _log_once(world: World, world_source: str, run_id: str, run_source: str) -> 
     )
 
 
-def _shard_identity(sh: ShardInfo) -> tuple[Any, ...]:
+def _quarantine_source(given: Quarantine) -> str | tuple[int, ...] | None:
+    """``quarantine=`` as the config keeps it: a file's path, or the ids (hashable, picklable)."""
+    if given is None or isinstance(given, (str, os.PathLike)):
+        return None if given is None else os.fspath(given)
+    try:
+        return tuple(sorted({int(i) for i in given}))
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(f"quarantine= takes a quarantine file's path or sample ids, got {given!r}") from exc
+
+
+def shard_identity(sh: ShardInfo) -> tuple[Any, ...]:
     """What a state's fingerprint holds of a shard: name, samples, bytes, and for files read
     in place (Parquet, WebDataset) their size and version (etag), so a changed file is noticed."""
     if sh.source is not None:

@@ -11,6 +11,7 @@ state; each process makes its own session.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import functools
 import sys
 import weakref
@@ -32,20 +33,22 @@ from astream._dataset.access import RandomAccess
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.cache_fit import check_dataset_cache, check_dataset_floor
 from astream._dataset.config import DatasetConfig
-from astream._dataset.early import EarlyFirst, early_first_batch
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
 from astream._dataset.observe.stats import Stats
-from astream._dataset.preopen import preopen
+from astream._dataset.quarantine import Quarantine
+from astream._dataset.quarantine_file import read_quarantine
 from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
 from astream._dataset.shared_plan import worker_order
+from astream._dataset.start.early import EarlyFirst, early_first_batch
+from astream._dataset.start.preopen import preopen
+from astream._dataset.start.warmup import WarmStart
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
-from astream._dataset.warmup import WarmStart
 from astream._format.index import Index
 from astream._node.provider import shard_key
 from astream._sampling.order import WorkerBatches, first_batch
@@ -106,6 +109,19 @@ class StreamingDataset(RandomAccess):
             streams, weights or ``epoch_size``: ``"raise"`` (a :class:`StateError`) or
             ``"continue"``: the rest of the epoch follows this mixture, never repeating what
             the epoch delivered (docs/guide/mixture-changes.md).
+        on_bad_sample: ``"raise"`` (default): a sample that does not decode, a shard whose
+            hash fails after a fresh download, or a transform's error stops the iteration.
+            ``"skip"``: a :class:`Loader` replaces each bad sample inside its own batch by a
+            repeat of a good one, the same way on every rank, rerun and resume, records it
+            in its state dict and ``stats()``, and logs it once (docs/guide/bad-samples.md).
+        max_bad_samples: with ``"skip"``, how many bad samples a rank may meet per epoch: a
+            count (default 1000) or a fraction of the rank's epoch (a float below 1); one
+            more raises :class:`~astream.errors.BadDataError`.
+        skip_exceptions: with ``"skip"``, the exception types of the transform (or a
+            subclass's ``__getitem__``) that make a sample bad; others still stop.
+        quarantine: with ``"skip"``, samples known to be bad, never read: the path of a
+            file ``astream verify DATASET --report --quarantine FILE`` wrote (applied to the
+            streams it fits), or global sample ids.
 
     Raises:
         ConfigError: a bad parameter (before anything is downloaded).
@@ -126,11 +142,16 @@ class StreamingDataset(RandomAccess):
         storage_options: Mapping[str, Any] | None = None, format: str | None = None,
         columns: Sequence[str] | None = None, stream_name: str = "stream",
         stream_config: Mapping[str, Any] | None = None, on_mixture_change: str = "raise",
+        on_bad_sample: str = "raise", max_bad_samples: int | float | None = None,
+        skip_exceptions: Sequence[type[BaseException]] | None = None, quarantine: Quarantine = None,
     ) -> None:
         self.config = DatasetConfig.build(**{k: v for k, v in locals().items() if k != "self"})
         self.indexes: list[Index] = portal().call(_load_indexes(self.config.streams, self.config.cache_limit is None))
         check_dataset_floor(self.config, self.indexes)  # (before the node agent could refuse it)
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
+        if self.config.quarantine is not None:  # (its ids need the indexes)
+            listed = read_quarantine(self.config.quarantine, self.indexes, self.sample_map)
+            self.config = dataclasses.replace(self.config, bad_samples=self.config.bad_samples.with_listed(listed))
         self.run = RunState(self.config, self.config.fingerprint(self.indexes), self.config.mixture(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
         weights = self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1).weights  # (validates the config)
@@ -144,15 +165,15 @@ class StreamingDataset(RandomAccess):
 
     def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
         """Join the node and fetch the first batch of each of the rank's readers while the
-        program goes on (see :mod:`astream._dataset.warmup`); a :class:`Loader` calls it
+        program goes on (see :mod:`astream._dataset.start.warmup`); a :class:`Loader` calls it
         when it is made, with its own shape (the first batches depend on it).
 
         Not for a bounded cache, whose readers' plans decide what it holds and whose size
         is checked when an epoch is set up, before any download; not for datasets with
-        nothing to download.
+        nothing to download; not with a quarantine (its lost shards are never fetched).
         """
         cfg = self.config
-        if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams):
+        if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams) or cfg.bad_samples.listed:
             return
         self._warm_shape = (workers_per_rank, batch_size, drop_last)
         warm = self.__dict__.get("_warm")
@@ -335,9 +356,10 @@ class StreamingDataset(RandomAccess):
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
         groups decoded at ``load_state_dict`` once they are; None where that does not apply
-        (see :mod:`astream._dataset.early`). The iteration that follows must be told."""
+        (see :mod:`astream._dataset.start.early`). The iteration that follows must be told."""
         resume = self.run.resume
-        if resume is None or self.config.cache_limit is not None or self._steps() is not None:
+        if (resume is None or self.config.cache_limit is not None or self._steps() is not None
+                or self.config.bad_samples.skips):  # (skip: every batch through the reader's stand-ins)
             return None
         plan = self.plan(epoch=resume.epoch, sample_in_epoch=resume.sample_in_epoch, workers_per_rank=1,
                          batch_size=batch_size)
@@ -350,14 +372,17 @@ class StreamingDataset(RandomAccess):
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
         drop_last: bool = False, batch_transform: Callable[[Any], Any] | None = None,
+        skipped: frozenset[int] = frozenset(),
     ) -> AsyncIterator[EpochReader]:
-        """A reader of one worker's batches of an epoch that starts ``offset`` samples in."""
+        """A reader of one worker's batches of an epoch that starts ``offset`` samples in
+        (``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad)."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
         order = self._worker_order(plan, worker, drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
-                                       batch_transform, window=batch_size or self.config.batch_size or 1) as reader:
+                                       batch_transform, window=batch_size or self.config.batch_size or 1,
+                                       skipped=skipped) as reader:
             yield reader
 
     @asynccontextmanager

@@ -63,6 +63,11 @@ class SampleMap:
     def num_samples(self) -> int:
         return int(self.starts[-1])
 
+    def shard_file(self, sample: int) -> str:
+        """The file name of the shard that holds ``sample``."""
+        shard, _ = self.locate_one(sample)
+        return self.indexes[self.shard_stream[shard]].shards[self.shard_local[shard]].raw_data.basename
+
     def describe(self, sample: int) -> str:
         """Sample ``sample`` for a message: its id, record, shard file and stream."""
         shard, offset = self.locate_one(sample)

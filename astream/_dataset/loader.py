@@ -24,9 +24,9 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from astream._dataset import quarantine as bad
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
-from astream._dataset.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
 from astream._dataset.observe.metrics import register as register_metrics
@@ -37,6 +37,7 @@ from astream._dataset.observe.timings import STAGES
 from astream._dataset.read.reader import EpochReader, StartAt
 from astream._dataset.read.samples import apply_batch_transform
 from astream._dataset.runtime import portal
+from astream._dataset.start.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.workers.autowatch import CostWatch
 from astream._dataset.workers.autoworkers import WorkerChoice
 from astream._dataset.workers.crew import Crew
@@ -72,6 +73,7 @@ class _EpochJob:
     epoch: int
     offset: int
     config: LoaderConfig
+    skipped: frozenset[int] = frozenset()  # on_bad_sample="skip": ids known to be bad, never read
     # While worker processes start, the consumer reads their first batches itself (see
     # WorkerPool): the first batch no longer waits for interpreters to boot.
     stand_in: ClassVar[bool] = True
@@ -82,7 +84,7 @@ class _EpochJob:
         # shards and node clients are never shared between event loops.
         ds = self.dataset if self.config.processes else _thread_copy(self.dataset)
         try:
-            async with _open_reader(ds, self.epoch, self.offset, worker_id, self.config) as reader:
+            async with _open_reader(ds, self.epoch, self.offset, worker_id, self.config, self.skipped) as reader:
                 yield reader.batches(self.config.collate_fn, start_at=start_at)
         finally:
             await ds.aclose()
@@ -93,12 +95,13 @@ class _EpochJob:
 
 
 def _open_reader(
-    ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig
+    ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig,
+    skipped: frozenset[int] = frozenset(),  # on_bad_sample="skip": the ids known to be bad
 ) -> AbstractAsyncContextManager[EpochReader]:
     """The reader of one of the loader's readers (a worker's, or the process's own)."""
     return ds.open_epoch_reader(epoch, offset, worker=worker, workers_per_rank=config.readers,
                                 batch_size=config.batch_size, drop_last=config.drop_last,
-                                batch_transform=config.batch_transform)
+                                batch_transform=config.batch_transform, skipped=skipped)
 
 
 class Loader:
@@ -178,6 +181,7 @@ class Loader:
         self._consumer = ConsumerCounters()  # over the loader's life, all epochs
         self._bar: ProgressBar | None = None
         self._epoch_samples: int | None = None  # this iteration's, for the bar
+        self._book = bad.QuarantineBook.of(dataset.config.bad_samples, dataset.unique_world.rank)  # (skip)
         register_metrics(self)  # a weak reference, read only by an exporter someone enabled
         enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
@@ -196,7 +200,7 @@ class Loader:
             # with the collection of their objects.
             weakref.finalize(self, self._crew.close)
         # The first batches of this loader's readers start downloading now, while the
-        # caller builds its model (a hint: see astream._dataset.warmup).
+        # caller builds its model (a hint: see astream._dataset.start.warmup).
         dataset.warm_up(config.readers, config.batch_size, config.drop_last)
 
     # -- the configuration, as attributes (read-only: the config is frozen) ------------------
@@ -285,6 +289,7 @@ class Loader:
                     batch = await it.__anext__()
                 except StopAsyncIteration:
                     return
+                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
                 last = self._received(batch, asked, last, time.thread_time() - cpu)
                 yield batch
         finally:
@@ -307,13 +312,14 @@ class Loader:
             check_began(served, epoch, offset)
         if self.progress:
             self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
+        skipped = bad.epoch_skips(self._book, offset, lambda: config.batch_size * len(self.batch_ids(epoch)))
         if config.num_workers == 0:
-            async with _open_reader(ds, epoch, offset, 0, config) as reader:
+            async with _open_reader(ds, epoch, offset, 0, config, skipped) as reader:
                 batches = reader.batches(config.collate_fn, served_first=None if served is None else served.served)
                 yield self._counted(batches) if count else batches
             return
         assert served is None  # (taken only without workers)
-        job = _EpochJob(ds, epoch, offset, config)
+        job = _EpochJob(ds, epoch, offset, config, skipped)
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=config.num_workers,
                        batch_size=config.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=config.drop_last))
@@ -373,6 +379,7 @@ class Loader:
                     batch = next(batches)
                 except StopIteration:
                     return
+                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
                 last = self._received(batch, asked, last)
                 yield batch
         finally:
@@ -381,7 +388,7 @@ class Loader:
 
     def _early_first(self) -> EarlyFirst | None:
         """A resume's first batch, to take from the row groups decoded at ``load_state_dict``
-        before the iteration joins the node (:mod:`astream._dataset.early`); None where that
+        before the iteration joins the node (:mod:`astream._dataset.start.early`); None where that
         does not apply: the iteration then reads it."""
         self._choose_workers()  # (the count this iteration runs with)
         if self.num_workers or self.collate_fn is not None:
@@ -404,7 +411,7 @@ class Loader:
             # read after an epoch include all of it. Off the loop: their readers need it.
             await asyncio.to_thread(self._crew.settle)
         return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy(),
-                        self.dataset.mixture_report())
+                        self.dataset.mixture_report(), self._book)
 
     def stats(self) -> Stats:
         """:meth:`astats` from sync code (e.g. a training loop logging every N steps)."""
@@ -495,7 +502,7 @@ class Loader:
         consumed = self.num_samples_yielded * world.world_size
         if self.dataset.replication:
             consumed //= self.dataset.replication
-        return self.dataset.state_dict(consumed, from_beginning=False)
+        return bad.with_quarantine(self.dataset.state_dict(consumed, from_beginning=False), self._book)
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         """Resume mid-epoch at the next iteration (also on another world shape).
@@ -505,6 +512,7 @@ class Loader:
         """
         self.dataset.load_state_dict(state)
         self.num_samples_yielded = 0
+        bad.load_quarantine(self._book, state, self.dataset.sample_map.shard_file)
 
 
 def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:

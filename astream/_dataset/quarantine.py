@@ -15,8 +15,10 @@ handed on as it is.
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from collections.abc import Iterable, Mapping
+import os
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +30,7 @@ from astream.errors import (
     HashMismatchError,
     IndexFormatError,
     ServedSamplesError,
+    SizeMismatchError,
     StateError,
     TransformError,
     UnsafeTypeError,
@@ -37,16 +40,24 @@ __all__ = [
     "DEFAULT_MAX_BAD",
     "MODES",
     "QUARANTINE_KEY",
+    "RAISE",
     "BadSample",
     "BadSamplePolicy",
+    "Quarantine",
     "QuarantineBook",
     "Substituted",
+    "epoch_skips",
+    "handed",
+    "load_quarantine",
+    "with_quarantine",
 ]
 
 MODES = ("raise", "skip")
 DEFAULT_MAX_BAD = 1000  # a count: the state's list stays small whatever the epoch's size
 QUARANTINE_KEY = "astream_quarantine"
 LISTED = 10  # bad samples a BadDataError names
+# ``quarantine=``: a quarantine file (astream._dataset.quarantine_file), or global sample ids.
+Quarantine = str | os.PathLike[str] | Iterable[int] | None
 
 
 @dataclass(frozen=True)
@@ -55,7 +66,7 @@ class BadSample:
 
     sample: int
     shard: str
-    reason: str  # "decode", "hash", "transform" or "listed" (a quarantine file's)
+    reason: str  # "decode", "hash", "size", "transform"; "known"/"state": met before, not read again
     cause: str
 
     def as_tuple(self) -> tuple[int, str, str, str]:
@@ -93,8 +104,8 @@ class BadSamplePolicy:
     @classmethod
     def build(cls, on_bad_sample: str, max_bad_samples: int | float | None,
               skip_exceptions: Iterable[type[BaseException]] | None,
-              quarantine: Iterable[int] | None = None) -> BadSamplePolicy:
-        """Validate the dataset's parameters.
+              quarantine: bool = False) -> BadSamplePolicy:
+        """Validate the dataset's parameters (``quarantine``: whether one was given).
 
         Raises:
             ConfigError: an unknown mode, a budget that is not a count or a fraction, a
@@ -107,10 +118,9 @@ class BadSamplePolicy:
         for exc in exceptions:
             if not (isinstance(exc, type) and issubclass(exc, Exception)):
                 raise ConfigError(f"skip_exceptions must list Exception subclasses, got {exc!r}")
-        ids = frozenset(int(i) for i in quarantine or ())
         if on_bad_sample == "raise":
             given = [name for name, value in (("max_bad_samples", max_bad_samples), ("skip_exceptions", exceptions),
-                                              ("quarantine", ids)) if value]
+                                              ("quarantine", quarantine)) if value]
             if given:
                 raise ConfigError(f"{', '.join(given)} apply only with on_bad_sample='skip'; "
                                   "pass on_bad_sample='skip' or leave them out")
@@ -123,9 +133,11 @@ class BadSamplePolicy:
                               "pass an int for a count")
         if isinstance(budget, int) and budget < 0:
             raise ConfigError(f"max_bad_samples must be at least 0, got {budget}")
-        if any(i < 0 for i in ids):
-            raise ConfigError("a quarantine lists sample ids, which are at least 0")
-        return cls("skip", budget, exceptions, ids)
+        return cls("skip", budget, exceptions)
+
+    def with_listed(self, ids: frozenset[int]) -> BadSamplePolicy:
+        """The policy with a quarantine's ids (resolved once the dataset's indexes are read)."""
+        return dataclasses.replace(self, listed=ids)
 
     @property
     def skips(self) -> bool:
@@ -138,7 +150,7 @@ class BadSamplePolicy:
         return self.max_bad
 
     def reason(self, exc: BaseException) -> str | None:
-        """Why ``exc`` makes a sample bad (``"decode"``, ``"hash"``, ``"transform"``), or None
+        """Why ``exc`` makes a sample bad (``"decode"``, ``"hash"``, ``"size"``, ``"transform"``), or None
         when it is not a bad sample (and so stops the iteration, as with ``"raise"``).
 
         Not bad samples: an index or an unsafe type (the dataset's configuration), samples
@@ -150,6 +162,8 @@ class BadSamplePolicy:
             return None
         if isinstance(exc, HashMismatchError):
             return "hash"
+        if isinstance(exc, SizeMismatchError):
+            return "size"  # (a truncated shard file; other download failures are the network's)
         if isinstance(exc, FormatError) and not isinstance(exc, (IndexFormatError, UnsafeTypeError)):
             return "decode"
         # The user's own exception, as the transform raised it (an astream error is never one).
@@ -157,6 +171,9 @@ class BadSamplePolicy:
         if self.skip_exceptions and isinstance(cause, self.skip_exceptions) and not isinstance(cause, AstreamError):
             return "transform"
         return None
+
+
+RAISE = BadSamplePolicy()  # the default: a bad sample stops the iteration
 
 
 class QuarantineBook:
@@ -170,10 +187,25 @@ class QuarantineBook:
     def __init__(self, policy: BadSamplePolicy, rank: int) -> None:
         self.policy = policy
         self.rank = rank
+        self.resume_spent = 0  # a loaded state's count, for the epoch it resumes
         self.known: dict[int, BadSample] = {}  # every bad sample met, any epoch
         self.epoch: list[BadSample] = []  # met this epoch, in the order handed out
         self.spent = 0  # positions substituted this epoch on this rank (before a resume too)
+        self.total = 0  # positions substituted, all epochs of this consumer
         self.budget = policy.budget(0) if isinstance(policy.max_bad, int) else 0
+
+    @classmethod
+    def of(cls, policy: BadSamplePolicy, rank: int) -> QuarantineBook | None:
+        """A consumer's book, or None with ``on_bad_sample="raise"``."""
+        return cls(policy, rank) if policy.skips else None
+
+    def open_epoch(self, offset: int, epoch_samples: Callable[[], int]) -> frozenset[int]:
+        """An epoch begins ``offset`` samples in (a resumed one keeps its state's count;
+        ``epoch_samples``: the rank's, asked only for a fraction budget); returns the ids its
+        readers substitute without reading."""
+        spent, self.resume_spent = (self.resume_spent if offset else 0), 0
+        self.begin_epoch(epoch_samples() if isinstance(self.policy.max_bad, float) else 0, spent)
+        return self.skipped()
 
     def begin_epoch(self, epoch_samples: int, spent: int = 0) -> None:
         """A new epoch of ``epoch_samples`` on this rank (``spent``: met before a resume)."""
@@ -192,6 +224,9 @@ class QuarantineBook:
             BadDataError: the budget is spent; names the first bad samples of the epoch.
         """
         for record in bad:
+            self.total += 1
+            if record.reason == "listed":
+                continue  # known before the run (a quarantine file): not a surprise, not in the budget
             self.known.setdefault(record.sample, record)
             self.epoch.append(record)
             self.spent += 1
@@ -210,9 +245,11 @@ class QuarantineBook:
         """What the state dict keeps: the ids met (sorted) and this rank's count this epoch."""
         return {"ids": sorted(self.known), "rank": self.rank, "spent": self.spent}
 
-    def load(self, state: Mapping[str, Any] | None) -> int:
+    def load(self, state: Mapping[str, Any] | None, shard_of: Callable[[int], str] = lambda i: "?") -> int:
         """Take a state's record; returns the count to resume this epoch's budget from (the
         state's own if this rank saved it, else 0: another rank's count is not ours).
+
+        ``shard_of`` names a sample's shard file (the state keeps only ids).
 
         Raises:
             StateError: the record is not what :meth:`state` writes.
@@ -224,5 +261,30 @@ class QuarantineBook:
                 or not isinstance(rank, int) or not isinstance(spent, int) or spent < 0):
             raise StateError(f"state dict key {QUARANTINE_KEY!r} must be what state_dict() wrote, got {state!r}")
         for i in ids:
-            self.known.setdefault(i, BadSample(i, "?", "state", "recorded in the state dict"))
-        return spent if rank == self.rank else 0
+            self.known.setdefault(i, BadSample(i, shard_of(i), "state", "recorded in the state dict"))
+        self.resume_spent = spent if rank == self.rank else 0
+        return self.resume_spent
+
+
+def epoch_skips(book: QuarantineBook | None, offset: int, epoch_samples: Callable[[], int]) -> frozenset[int]:
+    """:meth:`QuarantineBook.open_epoch`, or nothing to skip without a book."""
+    return frozenset() if book is None else book.open_epoch(offset, epoch_samples)
+
+
+def with_quarantine(state: dict[str, Any], book: QuarantineBook | None) -> dict[str, Any]:
+    """A state dict with the book's record in it (as it is without a book)."""
+    return state if book is None else {**state, QUARANTINE_KEY: book.state()}
+
+
+def load_quarantine(book: QuarantineBook | None, state: Mapping[str, Any], shard_of: Callable[[int], str]) -> None:
+    """Take a state dict's record into the book (nothing without a book)."""
+    if book is not None:
+        book.load(state.get(QUARANTINE_KEY), shard_of)
+
+
+def handed(book: QuarantineBook | None, batch: Substituted) -> Any:
+    """A batch with substitutes as the consumer hands it out: its records counted first
+    (BadDataError once the budget is spent)."""
+    assert book is not None  # (only a skipping reader makes them)
+    book.met(batch.bad)
+    return batch.batch

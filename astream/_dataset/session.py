@@ -133,12 +133,15 @@ class NodeSession:
 
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,
-        batch_transform: Callable[[Any], Any] | None = None, window: int = 1,
+        batch_transform: Callable[[Any], Any] | None = None, window: int = 1, skipped: frozenset[int] = frozenset(),
     ) -> EpochReader:
-        """A reader of ``order`` through this process's open shards (use ``async with``)."""
+        """A reader of ``order`` through this process's open shards (use ``async with``);
+        ``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad."""
+        policy = self._config.bad_samples
         return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
                            peek=self.remote_peek(), arriving=self.arriving(), steps=steps, batch_transform=batch_transform,
-                           bounded=self._config.cache_limit is not None, window=window)
+                           bounded=self._config.cache_limit is not None, window=window,
+                           bad_samples=(policy, skipped) if policy.skips else None)
 
     async def read_sample(self, index: int) -> dict[str, Any]:
         """Sample ``index`` (checked) as stored, its shard pinned while it is read."""

@@ -16,9 +16,13 @@ The rule, in order:
    whatever the number of nodes, ranks and workers.
 2. A batch with no good sample at all (a whole shard lost under a batch that reads only
    it): every position repeats **one good sample of the same worker's sequence**, the
-   nearest before the batch, else the nearest after it (:func:`outside`, in the order
-   they are tried). That sequence depends on the world's shape, so this second case is
-   deterministic for a given world (the same on a rerun and a resume in that world).
+   nearest after the batch, else (at the sequence's end) the nearest before it
+   (:func:`outside`, in the order they are tried). Later first, because a resumed
+   worker's sequence is the tail of the one it resumes: what follows a batch is the same
+   after a resume, what precedes it is cut at the resume point. That sequence depends on
+   the world's shape, so this second case is deterministic for a given world (the same on
+   a rerun and a resume in that world; the one exception: a batch near the sequence's end
+   with no good sample after it, resumed between it and every good sample before it).
 3. A worker with no good sample at all: nothing can stand in; the reader raises.
 
 A substitute is a repeat: the sample is also yielded in its own place.
@@ -65,8 +69,8 @@ def outside(start: int, stop: int, length: int) -> Iterator[int]:
         length: how many positions the worker's sequence has.
 
     Yields:
-        ``start - 1`` down to 0 (the nearest earlier sample first), then ``stop`` up to
-        ``length - 1``.
+        ``stop`` up to ``length - 1`` (the nearest later sample first), then ``start - 1``
+        down to 0.
     """
-    yield from range(start - 1, -1, -1)
     yield from range(stop, length)
+    yield from range(start - 1, -1, -1)

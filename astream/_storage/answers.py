@@ -14,7 +14,7 @@ import operator
 import re
 
 from astream._storage.retry import Transient
-from astream.errors import ConfigError, DownloadError
+from astream.errors import ConfigError, DownloadError, SizeMismatchError
 
 __all__ = [
     "CONTENT_RANGE",
@@ -30,13 +30,11 @@ def check_remote_size(url: str, total: int, size: int | None) -> None:
     """Refuse a remote object whose size differs from what index.json recorded.
 
     Raises:
-        DownloadError: the sizes differ (the dataset changed after its index was written).
+        SizeMismatchError: the sizes differ (the dataset changed after its index was written).
     """
     if size is not None and total != size:
-        raise DownloadError(
-            f"{url}: the remote object is {total} bytes but index.json says {size}; "
-            "the dataset changed after its index was written (re-create the index or the cache)"
-        )
+        raise SizeMismatchError(f"{url}: the remote object is {total} bytes but index.json says {size}; "
+                                "the dataset changed after its index was written (re-create the index or the cache)")
 
 
 def check_range(url: str, start: int, end: int) -> tuple[int, int]:

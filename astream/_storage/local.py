@@ -30,7 +30,7 @@ from astream._storage.base import (
     with_retries,
 )
 from astream._storage.sink import BufferedSink, Sink
-from astream.errors import DownloadError, RemoteNotFoundError, StorageError, UploadError
+from astream.errors import DownloadError, RemoteNotFoundError, SizeMismatchError, StorageError, UploadError
 
 __all__ = ["LocalStorage", "local_path_of"]
 
@@ -78,7 +78,7 @@ class LocalStorage(Storage):
                 async with aiofiles.open(path, "rb") as fh:
                     actual = os.fstat(fh.fileno()).st_size
                     if size is not None and actual != size:
-                        raise DownloadError(
+                        raise SizeMismatchError(
                             f"{url}: the file is {actual} bytes but index.json says {size}; "
                             "the dataset changed after its index was written"
                         )
@@ -107,7 +107,7 @@ class LocalStorage(Storage):
         def job(fd: int) -> None:
             actual = os.fstat(fd).st_size
             if size is not None and actual != size:
-                raise DownloadError(
+                raise SizeMismatchError(
                     f"{url}: the file is {actual} bytes but index.json says {size}; "
                     "the dataset changed after its index was written"
                 )

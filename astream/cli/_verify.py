@@ -3,7 +3,8 @@
 Each stored file (the compressed one when there is compression) is streamed through
 the storage backend of its URL and hashed as it arrives, never held whole in memory
 and never written to disk; several files are checked at once. Every bad file is
-reported, and the exit code is 1 if there is one.
+reported, and the exit code is 1 if there is one. ``--report`` reads every sample
+instead (:mod:`astream.cli._verify_report`).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from astream._storage.registry import StoragePool, join_url
 from astream._storage.sink import BufferedSink
 from astream.cli._output import CommandError, format_size, progress
 from astream.cli._source import dataset_root, read_index
+from astream.cli._verify_report import report
 from astream.errors import DownloadError, RemoteNotFoundError
 
 __all__ = ["Problem", "add_parser", "run", "verify_index"]
@@ -34,7 +36,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     p.add_argument("--split", help="sub-folder of the dataset holding the split's index.json")
     p.add_argument("--hash", dest="algos", action="append", metavar="ALGO",
                    help="check only this algorithm (repeatable; default: every one index.json records)")
-    p.add_argument("--jobs", type=int, default=8, help="files checked at once (default: 8)")
+    p.add_argument("--jobs", type=int, default=None, help="files checked at once (default: 8; not with --report)")
+    p.add_argument("--report", action="store_true",
+                   help="read and decode every sample as a Loader with on_bad_sample='skip' would, and list every "
+                        "bad sample and shard (docs/guide/bad-samples.md)")
+    p.add_argument("--quarantine", metavar="FILE",
+                   help="with --report: write the bad samples to FILE, for StreamingDataset(quarantine=FILE)")
+    p.add_argument("--format", choices=("mds", "parquet", "webdataset"), default=None,
+                   help="with --report: the dataset's format (default mds)")
+    p.add_argument("--local", metavar="DIR", help="with --report: the cache folder to read through "
+                                                  "(default: a temporary one, removed after)")
+    p.add_argument("--batch-size", type=int, default=256, help="with --report: samples read at once (default 256)")
     p.set_defaults(func=run)
 
 
@@ -114,6 +126,16 @@ async def verify_index(index: Index, root: str, algos: list[str] | None, jobs: i
 
 def run(args: argparse.Namespace) -> int:
     """Verify; exit code 0 if every file is good, 1 otherwise."""
+    if args.report:
+        if args.jobs is not None:
+            raise CommandError("--jobs does not apply to --report (it reads shards as a Loader does)", 2)
+        if args.algos is not None:
+            args.algos = [check_algorithm(a, "--hash") for a in args.algos]
+        return report(args)
+    given = [f"--{name}" for name in ("quarantine", "format", "local") if getattr(args, name) is not None]
+    if given:
+        raise CommandError(f"{', '.join(given)} apply only with --report", 2)
+    args.jobs = 8 if args.jobs is None else args.jobs
     if args.jobs < 1:
         raise CommandError(f"--jobs must be at least 1, got {args.jobs}", 2)
     algos = None if args.algos is None else [check_algorithm(a, "--hash") for a in args.algos]

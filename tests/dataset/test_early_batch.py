@@ -1,4 +1,4 @@
-"""A resume's first batch before the node agent answers (``astream._dataset.early``).
+"""A resume's first batch before the node agent answers (``astream._dataset.start.early``).
 
 ``Loader(); load_state_dict(); next()`` over a local folder of Parquet files: the first
 batch comes from the row groups decoded at ``load_state_dict``, in the iterating thread,
@@ -26,8 +26,8 @@ from astream import Loader, StreamingDataset
 from astream._coord.agent import Agent
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
-from astream._dataset import early as early_module
 from astream._dataset import tuning
+from astream._dataset.start import early as early_module
 from astream.cli import main as cli
 from astream.errors import ServedSamplesError, StateError
 from astream.testing import Fault, LoopbackServer, moto_s3
@@ -324,7 +324,7 @@ def test_a_row_group_of_the_early_batch_alone_from_other_bytes_stops_the_epoch(
     # early batch alone, and its bytes turn out not to be the installed ones: the epoch stops.
     import xxhash
 
-    import astream._dataset.preopen as preopen_module
+    import astream._dataset.start.preopen as preopen_module
 
     root, truth = folder
     taken = _taken_early(monkeypatch)

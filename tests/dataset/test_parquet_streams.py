@@ -443,7 +443,7 @@ def test_a_resume_decodes_its_first_row_group_once_ahead_of_its_install_exact(
         folder: tuple[Path, dict[int, dict[str, Any]]], tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
         late: float) -> None:
     # load_state_dict reads and decodes the resume's row group while the node agent starts
-    # (astream._dataset.preopen); the first batches come from that decoding, checked against
+    # (astream._dataset.start.preopen); the first batches come from that decoding, checked against
     # the installed file, and the row group is decoded once, not again from the cache.
     root, truth = folder
     if late:
@@ -468,7 +468,7 @@ def test_a_row_group_decoded_ahead_from_other_bytes_stops_the_epoch(
     # Served before its install, a row group whose bytes turn out not to be the installed
     # ones (the source changed between the two reads) stops the iteration loudly; without
     # the early serving the installed file is decoded instead (no error, exact rows).
-    import astream._dataset.preopen as preopen_module
+    import astream._dataset.start.preopen as preopen_module
 
     root, truth = folder
     _delayed_agent_copies(monkeypatch, 0.3)

@@ -28,10 +28,10 @@ from astream.errors import (
 def test_raise_is_the_default_and_refuses_skip_parameters() -> None:
     assert BadSamplePolicy.build("raise", None, None) == BadSamplePolicy()
     assert not BadSamplePolicy().skips
-    for kwargs in ({"max_bad_samples": 3}, {"skip_exceptions": (ValueError,)}, {"quarantine": [1]}):
+    for kwargs in ({"max_bad_samples": 3}, {"skip_exceptions": (ValueError,)}, {"quarantine": True}):
         args = {"max_bad_samples": None, "skip_exceptions": None, **kwargs}
         with pytest.raises(ConfigError, match="only with on_bad_sample='skip'"):
-            BadSamplePolicy.build("raise", args["max_bad_samples"], args["skip_exceptions"], args.get("quarantine"))
+            BadSamplePolicy.build("raise", args["max_bad_samples"], args["skip_exceptions"], bool(args.get("quarantine")))
 
 
 @pytest.mark.parametrize(("mode", "budget", "exceptions"), [
@@ -108,7 +108,7 @@ def test_the_state_round_trips_and_counts_only_for_its_own_rank() -> None:
 
 
 def test_a_later_epoch_knows_the_earlier_ones_and_counts_again() -> None:
-    policy = BadSamplePolicy.build("skip", 1, None, quarantine=[99])
+    policy = BadSamplePolicy.build("skip", 1, None).with_listed(frozenset({99}))
     book = QuarantineBook(policy, rank=0)
     book.begin_epoch(10)
     book.met([_bad(4)])

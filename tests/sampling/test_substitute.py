@@ -50,9 +50,9 @@ def test_examples() -> None:
 
 
 @given(st.integers(0, 50), st.integers(0, 50), st.integers(0, 50))
-def test_outside_tries_the_nearest_earlier_first_then_later_and_never_the_batch(x: int, y: int, z: int) -> None:
+def test_outside_tries_the_nearest_later_first_then_earlier_and_never_the_batch(x: int, y: int, z: int) -> None:
     start, stop, length = sorted((x, y, z))
     tried = list(outside(start, stop, length))
-    assert tried == [*range(start - 1, -1, -1), *range(stop, length)]
+    assert tried == [*range(stop, length), *range(start - 1, -1, -1)]
     assert not set(tried) & set(range(start, stop))
     assert len(tried) == len(set(tried)) == length - (stop - start)

@@ -96,6 +96,8 @@ METRICS: tuple[Metric, ...] = (
            lambda s: s.readiness),
     Metric("astream_stall", "gauge", "1", "share of the consumer's iteration time spent waiting in next()",
            lambda s: s.stall),
+    Metric("astream_bad_samples", "counter", "1", "bad samples replaced by a stand-in (on_bad_sample='skip')",
+           lambda s: s.bad_samples),
     Metric("astream_stage", "counter", "s", "seconds spent per pipeline stage", _stage("seconds"), per_stage=True),
     Metric("astream_stage_calls", "counter", "1", "calls (batches, or shards for download/decode) per stage",
            _stage("calls"), per_stage=True),

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from astream._dataset.observe.timings import BUCKETS_S, READY_S, STAGES, WaitHistogram
+from astream._dataset.quarantine import QuarantineBook
 
 __all__ = ["ConsumerCounters", "Stats"]
 
@@ -80,6 +81,11 @@ class Stats:
         stages: this process's seconds and calls per stage (``read``, ``collate``,
             ``transform``, ``transport`` from worker processes, whose own stage times arrive
             with the end of each of their epochs), plus the node's ``download`` and ``decode``.
+        bad_samples: ``on_bad_sample="skip"``: bad samples this loader replaced by a stand-in,
+            all epochs (one per position: a sample met in two epochs counts twice).
+        quarantined: the distinct bad samples met, as ``(sample, shard file, reason, cause)``
+            (``reason``: ``decode``, ``hash``, ``transform``, or ``state`` when only a loaded
+            state named it).
         node: everything else the agent reports (clients, pins, epoch, uptime...).
         mixture: the change of mixture this epoch resumed under (``on_mixture_change``), empty
             when it never changed: ``epoch``, ``changes`` (the sample of each change),
@@ -117,17 +123,19 @@ class Stats:
     stages: dict[str, dict[str, float]] = field(default_factory=dict)
     node: dict[str, Any] = field(default_factory=dict)
     mixture: dict[str, Any] = field(default_factory=dict)
+    bad_samples: int = 0
+    quarantined: tuple[tuple[int, str, str, str], ...] = ()
 
     # Not the engines' figures: the consumer's, or computed here.
     _CONSUMER: ClassVar[tuple[str, ...]] = (
         "batches", "samples", "consumer_wait_s", "wait_p50_s", "wait_p99_s", "wait_max_s", "readiness", "stall",
-        "wait_buckets", "stages", "requests", "mixture",
+        "wait_buckets", "stages", "requests", "mixture", "bad_samples", "quarantined",
     )
 
     @classmethod
     def of(cls, agent: dict[str, Any], consumer: ConsumerCounters | None = None,
-           mixture: dict[str, Any] | None = None) -> Stats:
-        """From the agent's ``stats`` answer and a consumer's counters."""
+           mixture: dict[str, Any] | None = None, book: QuarantineBook | None = None) -> Stats:
+        """From the agent's ``stats`` answer, a consumer's counters, its mixture and its bad samples."""
         cache = dict(agent.get("provider") or {})
         # Requests are counted where they arrive, by the agent; a request it answers itself
         # never reaches an engine, so the engines' own hit counts would miss those.
@@ -153,7 +161,9 @@ class Stats:
                    readiness=c.ready / c.batches if c.batches else 0.0,
                    stall=min(1.0, c.wait_s / c.elapsed_s) if c.elapsed_s > 0 else 0.0,
                    wait_buckets=tuple((b, n) for b, n in zip(bounds, c.waits.counts, strict=True) if n),
-                   stages=stages, node=node, mixture=dict(mixture or {}))
+                   stages=stages, node=node, mixture=dict(mixture or {}),
+                   bad_samples=0 if book is None else book.total,
+                   quarantined=() if book is None else tuple(r.as_tuple() for r in book.known.values()))
 
     @property
     def hit_rate(self) -> float:

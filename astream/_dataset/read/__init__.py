@@ -8,5 +8,6 @@ install, and the one check of it; pure) with its I/O in ``installed.py`` and
 serves a batch before its lease resolves) over the sources ``arriving.py`` (the file
 being written) and ``peek.py`` (ranged reads of the remote), ``shards.py`` (open shard
 maps), and the assembly of a batch: ``assembly.py``, ``ahead.py`` and ``grouping.py``
-(many batches decoded or grouped at once), ``collate.py`` and ``samples.py``.
+(many batches decoded or grouped at once), ``collate.py`` and ``samples.py``;
+``substitutes.py`` (``on_bad_sample="skip"``: the one point where bad samples are replaced).
 """

@@ -5,7 +5,7 @@ batch, the reader's :class:`EarlyReads` tries (each a non-blocking attempt raced
 the lease, the lease's path winning whenever it comes first):
 
 1. a decoding offered before the install (a resume's first Parquet row groups,
-   :mod:`astream._dataset.preopen`), for the first batches of an iteration only;
+   :mod:`astream._dataset.start.preopen`), for the first batches of an iteration only;
 2. the records already written to the shard's arriving file
    (:mod:`astream._dataset.read.arriving`), after a grace once the first batch is served;
 3. ranged reads from the remote (:mod:`astream._dataset.read.peek`), until a batch comes
@@ -115,7 +115,7 @@ class EarlyReads:
 
     async def _from_offers(self, a: int, b: int) -> dict[int, PeekedRecords] | None:
         """Positions ``a:b`` from row groups decoded before their install (a resume's first,
-        :mod:`astream._dataset.preopen`), if their decoding ends before their leases resolve;
+        :mod:`astream._dataset.start.preopen`), if their decoding ends before their leases resolve;
         each is checked against the installed file once its lease resolves (its failure
         stops the iteration). None: read as usual (the cache's readers then take those
         decodings where the installed bytes are the same)."""

@@ -52,6 +52,7 @@ from astream._dataset.read.peek import PeekedRecords, RemotePeek
 from astream._dataset.read.requests import LeaseRequests
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards, ResidentPages
+from astream._dataset.read.substitutes import BadSamples, ReaderSide, Substitutes
 from astream._node.provider import shard_key
 from astream._resource import AsyncResource
 from astream._sampling.order import WorkerBatches
@@ -73,7 +74,7 @@ CHUNK = 64
 _REFETCHES = 3
 
 
-class EpochReader(AsyncResource):
+class EpochReader(AsyncResource, ReaderSide):
     """One worker's pass over its sample ids: leases, prefetch, and reading.
 
     Use ``async with``; iterate :meth:`batches` or :meth:`samples` once.
@@ -95,6 +96,7 @@ class EpochReader(AsyncResource):
         bounded: the node's cache has a limit: pin one batch (``window`` positions) at a
             time and report the plan and position to the node agent.
         window: positions read at once (the batch size) when ``bounded``.
+        bad_samples: skip mode's policy and known-bad ids (:mod:`~astream._dataset.read.substitutes`).
     """
 
     def __init__(
@@ -111,6 +113,7 @@ class EpochReader(AsyncResource):
         batch_transform: Callable[[Any], Any] | None = None,
         bounded: bool = False,
         window: int = 1,
+        bad_samples: BadSamples | None = None,
     ) -> None:
         self._node = node
         self._steps = steps
@@ -118,9 +121,9 @@ class EpochReader(AsyncResource):
         self._bounded = bounded
         self._window = max(1, window)
         # Bounded: no reading ahead by range, whose batches pass leases still in flight
-        # (their pins would outlive the batch).
-        self._peek = None if bounded else peek
-        self._arriving = None if bounded else arriving
+        # (their pins would outlive the batch). Skip mode: only installed shards (see substitutes).
+        self._peek = None if bounded or bad_samples else peek
+        self._arriving = None if bounded or bad_samples else arriving
         # What was served before its shard's install (the one record of it, its ledger), and
         # the check of it against the installed file (its failure stops the iteration).
         self._checks = ServedChecks(node, self._arriving, lambda lease: self._leases.key(lease))
@@ -131,12 +134,13 @@ class EpochReader(AsyncResource):
         self.ids = order.ids[: order.num_samples]
         self._shard, self._offset = smap.locate(self.ids)
         self._pages = ResidentPages(shards, smap.mean_record_bytes)
+        self._substitutes, leased = Substitutes.attach(self, bad_samples, smap)  # (None and the shards: raise)
         # The leases, asked for ahead of the consumer and released behind it.
-        self._leases = LeaseRequests(node, smap, self._shard, predownload, max_concurrency, self._pages, bounded)
+        self._leases = LeaseRequests(node, smap, leased, predownload, max_concurrency, self._pages, bounded)
         self._assembly = Assembly(smap, shards, order.bounds, self._shard, self._offset, self._pages,
-                                  self._leases.paths, bounded, self._leases.readable_until)
+                                  self._leases.paths, bounded, self._readable_until)
         self._early = EarlyReads(smap, self._shard, self._offset, self._leases, self._checks, shards, peek,
-                                 arriving, bounded)
+                                 arriving, bounded or bad_samples is not None)
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence (and, unbounded, start asking for it), once one read's size is known."""
@@ -232,7 +236,7 @@ class EpochReader(AsyncResource):
         read one by one and handed to ``collate`` as a list. ``start_at`` is asked once,
         before the first read, how many batches to skip (``-1``: all of them).
         ``served_first``: the first batch was handed out already, read from shards decoded
-        before their install (:mod:`astream._dataset.early`), given as what it served: it is
+        before their install (:mod:`astream._dataset.start.early`), given as what it served: it is
         skipped, and each of those shards checked against its installed file like the
         samples this reader serves early.
         """
@@ -251,9 +255,10 @@ class EpochReader(AsyncResource):
         if first:
             await self._leases.advance(int(bounds[min(first, order.num_batches)]))
         await self._leases.start()
-        for k in range(first, order.num_batches):
+        for k in range(first, order.num_batches):  # (skip mode: substitutes, the one point where bad samples go)
             a, b = int(bounds[k]), int(bounds[k + 1])
-            batch = await self._read(self._batch, a, b, collate, k)  # (batch k of the order)
+            batch = (await self._read(self._batch, a, b, collate, k) if (subs := self._substitutes) is None
+                     else await subs.batch(a, b, collate, k))  # (batch k of the order)
             if not self._assembly.covers(a, b):  # (a window counts when it is read)
                 self._pages.touched(self._shard[a:b])
             await self._leases.advance(b)

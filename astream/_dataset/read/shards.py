@@ -62,7 +62,7 @@ class OpenShards:
     def offer(self, shard: int, decoded: Future[Decoded]) -> None:
         """``decoded`` will hold ``shard`` decoded from bytes read before it was installed, and
         those bytes' xxh3-64 (a resume's first row group, decoded while the node agent starts;
-        see :mod:`astream._dataset.preopen`). :meth:`get` takes that reader instead of
+        see :mod:`astream._dataset.start.preopen`). :meth:`get` takes that reader instead of
         decoding the installed file again, waiting for it if it is still being decoded, if
         the installed file holds exactly those bytes."""
         with self._lock:

@@ -8,8 +8,8 @@ first batch need not wait for it. At ``load_state_dict``, :func:`preopen` reads 
 group's ranges from the source (its footer checked first, as the agent's transfer checks
 it) and decodes them in the background; the decoding is offered to this process's open
 shards (:meth:`OpenShards.offer`). The resume's first batch is taken from it in the
-iterating thread (:mod:`astream._dataset.early`), while the node's start waits for it
-(:meth:`~astream._dataset.warmup.WarmStart.hold`), and the reader takes the following
+iterating thread (:mod:`astream._dataset.start.early`), while the node's start waits for it
+(:meth:`~astream._dataset.start.warmup.WarmStart.hold`), and the reader takes the following
 batches of the same row group from it too.
 
 How it stays exact: what is served from a decoding is checked against the installed

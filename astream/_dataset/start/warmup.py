@@ -19,8 +19,8 @@ raised before, and nothing more.
   agent stops a transfer nobody else wants, already running or not). A start still joining
   then neither asks for the epoch nor plans it.
 - :meth:`WarmStart.hold` / :meth:`WarmStart.release`: while a state is being loaded, its
-  first batch's row groups decoded (:mod:`astream._dataset.preopen`) and that batch taken
-  from them (:mod:`astream._dataset.early`), a start that has not joined the node yet
+  first batch's row groups decoded (:mod:`astream._dataset.start.preopen`) and that batch taken
+  from them (:mod:`astream._dataset.start.early`), a start that has not joined the node yet
   waits (``hold_s`` (tuning.py) at most): on two cores the agent's start beside the decode took
   the interpreter lock from it many times a millisecond, and it woke up first when the
   decode ended, before the thread waiting for the batch.
@@ -35,7 +35,7 @@ raised before, and nothing more.
   is a resume, where the iteration's client joins before this start's (it connects while
   the agent starts), and the barrier and the reader's set-up come before the reader's own
   request; the transfer overlaps them instead. (Where the first batch's row groups are
-  decoded ahead, that batch is taken before the iteration joins: astream._dataset.early.)
+  decoded ahead, that batch is taken before the iteration joins: astream._dataset.start.early.)
 - It belongs to the process that made it. A dataset pickled into a worker has none (the
   worker's iteration asks for its own shards), and in a forked child it does nothing: the
   loop it ran on does not exist there.

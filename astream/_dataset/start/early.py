@@ -2,7 +2,7 @@
 
 ``Loader(); load_state_dict(); next()`` is how a training script resumes. The row groups
 of the state's first batch are read and decoded at ``load_state_dict``
-(:mod:`astream._dataset.preopen`); with them the first batch needs nothing from the node.
+(:mod:`astream._dataset.start.preopen`); with them the first batch needs nothing from the node.
 Without this module it still waited for the node: the agent's start, the iteration's
 hello, the epoch's barrier and the reader's set-up, about half of a resume's time on two
 cores, where every one of those steps takes the interpreter lock from the decode.
@@ -31,7 +31,7 @@ How it stays exact:
   instead of going on after a batch that was not its first.
 
 Where it applies: a loaded state not begun yet, an unbounded cache, every shard of the
-first batch offered by :func:`~astream._dataset.preopen.preopen` (Parquet row groups within
+first batch offered by :func:`~astream._dataset.start.preopen.preopen` (Parquet row groups within
 its budgets), no loader workers, no per-sample steps (``transform``, a subclass's
 ``__getitem__``) and no ``collate_fn``: those read sample by sample, through the
 iteration. Otherwise, or if a decoding failed, the iteration reads the first batch itself,
@@ -123,7 +123,7 @@ class EarlyFirst:
 
     @contextlib.contextmanager
     def _held(self) -> Iterator[None]:
-        """The node's start waits while the batch is taken (see astream._dataset.warmup)."""
+        """The node's start waits while the batch is taken (see astream._dataset.start.warmup)."""
         holds = self._holds
         if holds is None:
             yield
