@@ -69,7 +69,6 @@ class Joining(PlanReports):
                 raise
             log.debug("astream: %s did not rejoin the node, the program is ending: %s", self.member, exc)
 
-
     async def _connected(self) -> Link:
         link = self._link
         if link is not None and not link.lost:
