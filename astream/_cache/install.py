@@ -28,7 +28,10 @@ from astream._format.hashing import Hasher, new_hasher
 from astream._storage.sink import BufferedSink, datasync, fsync_dir
 from astream.errors import CacheError, CompressionError
 
-__all__ = ["CorruptFile", "ShardSink", "find_temporary", "remove_stale_temporaries", "temp_name", "verify_files"]
+__all__ = [
+    "CorruptFile", "ShardSink", "find_temporaries", "find_temporary", "remove_stale_temporaries", "temp_name",
+    "verify_files",
+]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
 _DISK_ERRNOS = {errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EROFS}
@@ -71,6 +74,26 @@ def find_temporary(final: str) -> str | None:
     return None if best is None else best[1]
 
 
+def _files(folder: str, depth: int, max_depth: int) -> Iterator[os.DirEntry[str]]:
+    with contextlib.suppress(OSError), os.scandir(folder) as it:
+        for entry in it:
+            if entry.is_dir(follow_symlinks=False) and depth < max_depth:
+                yield from _files(entry.path, depth + 1, max_depth)
+            elif entry.is_file(follow_symlinks=False):
+                yield entry
+
+
+def find_temporaries(root: str, max_depth: int = 2) -> list[tuple[str, int, int]]:
+    """``(path, writer pid, bytes)`` of every ``*.<pid>.<hex>.tmp`` file under ``root`` (reads only)."""
+    found = []
+    for entry in _files(root, 1, max_depth):
+        match = _TEMP.search(entry.name)
+        if match:
+            with contextlib.suppress(OSError):
+                found.append((entry.path, int(match.group(1)), entry.stat(follow_symlinks=False).st_size))
+    return found
+
+
 def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
     """Delete ``*.<pid>.<hex>.tmp`` files under ``root`` whose process is gone.
 
@@ -78,16 +101,7 @@ def remove_stale_temporaries(root: str, max_depth: int = 2) -> list[str]:
         The paths removed.
     """
     removed: list[str] = []
-
-    def walk(folder: str, depth: int) -> Iterator[os.DirEntry[str]]:
-        with contextlib.suppress(OSError), os.scandir(folder) as it:
-            for entry in it:
-                if entry.is_dir(follow_symlinks=False) and depth < max_depth:
-                    yield from walk(entry.path, depth + 1)
-                elif entry.is_file(follow_symlinks=False):
-                    yield entry
-
-    for entry in walk(root, 1):
+    for entry in _files(root, 1, max_depth):
         match = _TEMP.search(entry.name)
         if match and not pid_alive(int(match.group(1))):
             with contextlib.suppress(OSError):

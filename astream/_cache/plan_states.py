@@ -26,13 +26,13 @@ from typing import Any
 
 import xxhash
 
-__all__ = ["load_plan_states", "save_plan_states"]
+__all__ = ["PLAN_FOLDER", "load_plan_states", "save_plan_states"]
 
-_FOLDER = ".astream-plan"
+PLAN_FOLDER = ".astream-plan"  # under a cache folder: one file per shuffle key
 
 
 def _path(folder: str, key: str) -> str:
-    return os.path.join(folder, _FOLDER, f"{key}.json")
+    return os.path.join(folder, PLAN_FOLDER, f"{key}.json")
 
 
 def _sound(state: Any) -> bool:

@@ -38,8 +38,8 @@ from dataclasses import dataclass
 from astream.errors import ConfigError, CoordinationError
 
 __all__ = [
-    "RUN_ID_VARIABLES", "Address", "Squatted", "default_run_id", "derive_address", "peer_credentials", "resolve_run_id",
-    "run_id_from_env", "try_bind", "try_connect",
+    "RUN_ID_VARIABLES", "Address", "Squatted", "default_run_id", "derive_address", "listening_agents", "peer_credentials",
+    "resolve_run_id", "run_id_from_env", "try_bind", "try_connect",
 ]
 
 # Variables whose value is the same for every process of one job and differs between
@@ -175,16 +175,20 @@ def derive_address(local: str, run_id: str, *, abstract: bool, uid: int | None =
     return Address(os.path.join(runtime_dir(uid), f"{digest}.sock"), False, digest)
 
 
+def _runtime_path(uid: int) -> str:
+    base = os.environ.get("XDG_RUNTIME_DIR")
+    return os.path.join(base, "astream") if base and os.path.isdir(base) else os.path.join(
+        tempfile.gettempdir(), f"astream-{uid}"
+    )
+
+
 def runtime_dir(uid: int) -> str:
     """A private (0700) folder for socket files: ``$XDG_RUNTIME_DIR/astream`` or ``/tmp/astream-<uid>``.
 
     Raises:
         CoordinationError: the folder exists but belongs to someone else or is open to others.
     """
-    base = os.environ.get("XDG_RUNTIME_DIR")
-    path = os.path.join(base, "astream") if base and os.path.isdir(base) else os.path.join(
-        tempfile.gettempdir(), f"astream-{uid}"
-    )
+    path = _runtime_path(uid)
     with contextlib.suppress(FileExistsError):
         os.mkdir(path, 0o700)
     info = os.lstat(path)
@@ -193,6 +197,35 @@ def runtime_dir(uid: int) -> str:
     if len(path) > 80:
         raise CoordinationError(f"runtime folder {path} is too long for a Unix socket path; set XDG_RUNTIME_DIR")
     return path
+
+
+_ACCEPTING = 0x10000  # __SO_ACCEPTCON in /proc/net/unix's flags: a listening socket
+
+
+def listening_agents(uid: int | None = None) -> list[str] | None:
+    """The node agents listening on this machine (reads ``/proc/net/unix``, creates nothing):
+    every abstract ``@astream-<digest>`` name, and the socket files in ``uid``'s runtime
+    folder. None where the OS does not list its sockets.
+
+    Which cache folder an agent serves cannot be told from its name: the digest hashes
+    the folder with the job's run id and the dataset's identity (:func:`derive_address`).
+    An abstract name is listed whoever holds it (the kernel does not say).
+    """
+    try:
+        with open("/proc/net/unix") as fh:
+            lines = fh.read().splitlines()[1:]
+    except OSError:
+        return None
+    folder = _runtime_path(os.getuid() if uid is None else uid) + os.sep
+    found = set()
+    for line in lines:
+        fields = line.split()
+        if len(fields) < 8 or not int(fields[3], 16) & _ACCEPTING:
+            continue
+        path = fields[7]
+        if path.startswith("@astream-") or (path.startswith(folder) and path.endswith(".sock")):
+            found.add(path)
+    return sorted(found)
 
 
 def peer_credentials(sock: socket.socket) -> tuple[int, int] | None:

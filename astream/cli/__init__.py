@@ -1,4 +1,4 @@
-"""The ``astream`` command: inspect, plan, convert, verify, serve and benchmark MDS datasets.
+"""The ``astream`` command: inspect, plan, convert, verify, serve and benchmark MDS datasets; look at a cache.
 
 Each subcommand lives in its own module (``_inspect``, ``_convert``, ...) with an
 ``add_parser(subparsers, common)`` that declares its arguments and a ``run(args)`` that
@@ -16,6 +16,7 @@ from typing import NoReturn
 
 from astream.cli._bench import add_parser as _add_bench
 from astream.cli._bench_compare import add_parser as _add_bench_compare
+from astream.cli._cache import add_parser as _add_cache
 from astream.cli._convert import add_parser as _add_convert
 from astream.cli._index import add_parser as _add_index
 from astream.cli._inspect import add_parser as _add_inspect
@@ -46,7 +47,7 @@ def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="astream", description="Stream MDS datasets without torch.", parents=[common])
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for add_parser in (_add_inspect, _add_plan, _add_convert, _add_verify, _add_serve, _add_bench, _add_bench_compare,
-                       _add_index):
+                       _add_index, _add_cache):
         add_parser(sub, common)
     demo = sub.add_parser("demo", parents=[common], help="write a small dataset, inspect it, stream it and resume")
     demo.add_argument("--dir", default=".demo", help="where to write the demo dataset (default: .demo)")
