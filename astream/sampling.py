@@ -25,10 +25,11 @@ from astream._sampling.forecast import EpochForecast, NodeForecast, forecast_epo
 from astream._sampling.options import PlanOptions
 from astream._sampling.order import WorkerBatches, rank_batches, round_robin, worker_batches
 from astream._sampling.partition import get_partitions
-from astream._sampling.plan import EpochPlan, plan_epoch
+from astream._sampling.plan import EpochPlan
 from astream._sampling.shuffle import get_shuffle
 from astream._sampling.streams import StreamSpec, StreamWeights
 from astream._sampling.warnings import SamplingWarning
+from astream._sampling.work import plan_epoch
 
 __all__ = [
     "BATCHING_METHODS",

@@ -1,4 +1,4 @@
-"""Internal floor (astream._cache.eviction's offline optimum): a dataset larger than the cache, issue 14.
+"""Internal floor (astream._cache.simulation's offline optimum): a dataset larger than the cache, issue 14.
 
 One node, ``--ranks`` rank processes (direct iteration, a py1e shuffle at MosaicML's default
 block size and at ``--small-block``), the dataset behind the loopback server, and
@@ -21,7 +21,8 @@ from typing import Any
 
 from _harness import Bench, Metric, Server, data, fmt, parser
 
-from astream._cache.eviction import min_cache_bytes, offline_optimum, simulate
+from astream._cache.eviction import min_cache_bytes
+from astream._cache.simulation import offline_optimum, simulate
 from astream.sampling import EpochPlan
 
 NCN = 1  # one canonical node on both sides: the orders compared are the same

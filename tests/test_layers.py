@@ -18,7 +18,7 @@ LAYERS = [
     ("_coord",),
     ("_node",),
     ("_sampling", "sampling"),
-    ("_dataset", "testing", "metrics"),
+    ("_dataset", "testing", "_loopback", "metrics"),
     ("adapters",),
     ("convert",),
     ("cli",),

@@ -6,8 +6,9 @@
 - ``streams``: stream weights (proportion / repeat / choose, epoch size) and the per-epoch
   resampling of shards;
 - ``batching``: the ``per_stream``, ``stratified`` and ``device_per_stream`` merges;
-- ``plan``: ``EpochPlan`` and ``plan_epoch``, which put the above together as MosaicML's
-  ``generate_work`` does;
+- ``plan``: ``EpochPlan``, which puts the above together as MosaicML's ``generate_work``
+  does (``merged``: its tensor for the merging batching methods; ``work``: ``plan_epoch``,
+  the same as one function);
 - ``remix`` and ``remainder``: the plan of the rest of an epoch whose mixture changed (the
   mixtures' history in, the current segment's plan out) and its per-stream counts;
 - ``defaults``, ``validation``, ``warnings``: resolved defaults, parameter checks raising

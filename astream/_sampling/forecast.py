@@ -1,7 +1,7 @@
 """What an epoch will cost, from the plan alone: downloads, cache, stall, shuffle quality.
 
 :func:`forecast_epoch` plays each node's readers (ranks x loader workers) through the
-cache's own policy simulation (:func:`astream._cache.eviction.simulate`: the same
+cache's own policy simulation (:func:`astream._cache.simulation.simulate`: the same
 choice of victims the node agent makes, with the plan's look-ahead) and reads off:
 
 - bytes downloaded, transfers, evictions and re-downloads per node, and the peak cache;
@@ -22,7 +22,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from astream._cache.eviction import SimTrace, min_cache_bytes, simulate
+from astream._cache.eviction import min_cache_bytes
+from astream._cache.simulation import SimTrace, simulate
 from astream._sampling.order import worker_batches
 from astream._sampling.plan import EpochPlan
 from astream.errors import CacheError, ConfigError

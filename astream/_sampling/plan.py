@@ -4,7 +4,9 @@ Given the streams' shard sizes and weights, the sampling knobs, the world shape,
 epoch and the resumption offset, an :class:`EpochPlan` resolves MosaicML's defaults and
 computes MosaicML's ``generate_work`` tensor, either whole (:meth:`EpochPlan.work`) or for
 one worker (:meth:`EpochPlan.worker_ids`), which for ``random`` batching costs the
-epoch's shuffle plus O(that worker's share) instead of several O(epoch) tensors.
+epoch's shuffle plus O(that worker's share) instead of several O(epoch) tensors. The
+merged batching methods' tensor is computed in :mod:`.merged`; the function
+``plan_epoch`` is in :mod:`.work`.
 """
 
 from __future__ import annotations
@@ -20,12 +22,7 @@ from numpy.typing import NDArray
 
 from astream._arrays import sorted_unique
 from astream._sampling import defaults
-from astream._sampling.batching import (
-    MergeContext,
-    merge_device_per_stream,
-    merge_per_stream,
-    merge_stratified,
-)
+from astream._sampling.merged import merged_work
 from astream._sampling.options import PlanOptions
 from astream._sampling.order import rank_batches
 from astream._sampling.partition import Partition, layout_world, make_partition
@@ -41,7 +38,7 @@ from astream._sampling.streams import (
 )
 from astream.errors import ConfigError
 
-__all__ = ["EpochPlan", "plan_epoch", "stream_spec"]
+__all__ = ["EpochPlan", "stream_spec"]
 
 Int64Array = NDArray[np.int64]
 
@@ -368,7 +365,7 @@ class EpochPlan:
         order = rank_batches(self, node, local_rank, drop_last=drop_last)
         return np.concatenate(order) if order else np.zeros(0, np.int64)
 
-    # --- the merged batching methods --------------------------------------------------------------
+    # --- resampling and the merged batching methods ---------------------------------------------
 
     def _resample(self, stream_ids: Sequence[int]) -> Resampled:
         return resample(
@@ -379,81 +376,7 @@ class EpochPlan:
             balanced=self.sampling_method == "balanced", epoch_seed_change=self.epoch_seed_change,
         )
 
-    def _stream_work(self, stream: int, nodes: int, batch: int) -> Int64Array:
-        """One stream alone: resampled, partitioned with ``drop_first=0``, shuffled, mapped."""
-        resampled = self._resample([stream])
-        partition = make_partition(
-            self.partition_algo, resampled.size, self.num_canonical_nodes, nodes,
-            self.ranks_per_node, self.workers_per_rank, batch, 0, self.initial_physical_nodes,
-        )
-        shuffle = None
-        if self.shuffle:
-            # The block scales with the stream's share so the overall block stays as set.
-            block = int(self.shuffle_block_size * float(self.weights.proportion[stream]))
-            if block == 0 and self.batching_method == "device_per_stream":
-                raise ConfigError(
-                    f"stream {stream}'s shuffle block (shuffle_block_size={self.shuffle_block_size} x "
-                    f"proportion {float(self.weights.proportion[stream]):.6g}) is 0; raise one of them"
-                )
-            shuffle = get_shuffle(self.shuffle_algo, resampled.units, self.num_canonical_nodes,
-                                  self.shuffle_seed, self.epoch, block)
-        return self._to_ids(partition.array(), resampled, shuffle)
-
     @cached_property
     def _merged(self) -> Int64Array:
-        ctx = MergeContext(
-            num_streams=len(self.streams),
-            proportions=[float(p) for p in self.weights.proportion],
-            nodes=self.num_physical_nodes, ranks=self.ranks_per_node, workers=self.workers_per_rank,
-            batch=self.batch_size, num_canonical_nodes=self.num_canonical_nodes,
-            sample_in_epoch=self.sample_in_epoch,
-            label_seed=self.shuffle_seed + self.epoch if self.epoch_seed_change else self.shuffle_seed,
-        )
-        merge = {
-            "per_stream": merge_per_stream,
-            "stratified": merge_stratified,
-            "device_per_stream": merge_device_per_stream,
-        }[self.batching_method]
-        return merge(self._stream_work, ctx)
-
-
-def plan_epoch(
-    streams: Sequence[StreamSpec | Mapping[str, Any]],
-    shuffle: bool = False,
-    shuffle_algo: str = defaults.DEFAULT_SHUFFLE_ALGO,
-    shuffle_seed: int = defaults.DEFAULT_SHUFFLE_SEED,
-    num_canonical_nodes: int | None = None,
-    shuffle_block_size: int | None = None,
-    partition_algo: str = defaults.DEFAULT_PARTITION_ALGO,
-    batch_size: int | None = None,
-    num_physical_nodes: int = 1,
-    ranks_per_node: int = 1,
-    workers_per_rank: int = 1,
-    epoch: int = 0,
-    sample_in_epoch: int = 0,
-    initial_physical_nodes: int | None = None,
-    epoch_size: int | str | None = None,
-    sampling_method: str = defaults.DEFAULT_SAMPLING_METHOD,
-    sampling_granularity: int = defaults.DEFAULT_SAMPLING_GRANULARITY,
-    batching_method: str = defaults.DEFAULT_BATCHING_METHOD,
-) -> Int64Array:
-    """Return the epoch tensor MosaicML's ``generate_work`` builds for these settings.
-
-    Parameters are :class:`EpochPlan`'s. The result is an int64 array of shape
-    ``(nodes, ranks per node, workers per rank, batches per worker, batch_size)`` holding
-    global sample ids (streams' samples concatenated in order), ``-1`` for padding.
-
-    Raises:
-        ConfigError: a parameter MosaicML would reject, or ``batch_size`` missing.
-    """
-    if batch_size is None:
-        raise ConfigError("batch_size is required to plan an epoch (the per-device batch size)")
-    return EpochPlan(
-        streams, shuffle=shuffle, shuffle_algo=shuffle_algo, shuffle_seed=shuffle_seed,
-        num_canonical_nodes=num_canonical_nodes, shuffle_block_size=shuffle_block_size,
-        partition_algo=partition_algo, batch_size=batch_size, num_physical_nodes=num_physical_nodes,
-        ranks_per_node=ranks_per_node, workers_per_rank=workers_per_rank, epoch=epoch,
-        sample_in_epoch=sample_in_epoch, initial_physical_nodes=initial_physical_nodes,
-        epoch_size=epoch_size, sampling_method=sampling_method,
-        sampling_granularity=sampling_granularity, batching_method=batching_method,
-    ).work()
+        """The epoch tensor of a merged batching method (computed in :mod:`.merged`)."""
+        return merged_work(self)

@@ -1,5 +1,8 @@
 """The storage protocol every backend implements, and the retry loop they share.
 
+(The checks of a remote's answer are in :mod:`.answers`; :class:`Transient`, the failure
+worth retrying, in :mod:`.retry`, re-exported here.)
+
 A backend knows how to talk to one kind of remote (local disk, HTTP, S3). It
 implements a single attempt of each operation and raises :class:`Transient` for a
 failure worth retrying; :func:`with_retries` runs the attempts under the per-attempt
@@ -12,9 +15,7 @@ from __future__ import annotations
 
 import abc
 import asyncio
-import operator
 import os
-import re
 from collections.abc import Awaitable, Callable
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -22,33 +23,27 @@ from typing import Protocol, TypeVar
 
 from astream._checks import check_int
 from astream._resource import AsyncResource
+from astream._storage.answers import check_range
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.loop import within
-from astream._storage.retry import RetryPolicy, Timeouts
+from astream._storage.retry import RetryPolicy, Timeouts, Transient
 from astream._storage.sink import FileSink, Sink
 from astream.errors import (
     ConfigError,
     DownloadError,
     DownloadTimeout,
     RangeNotSupportedError,
-    SizeMismatchError,
     StorageError,
     UploadError,
 )
 
 __all__ = [
-    "CONTENT_RANGE",
     "NO_EVENTS",
     "ObjectInfo",
     "Storage",
     "StorageOptions",
     "TransferEvents",
     "Transient",
-    "check_body_length",
-    "check_content_range",
-    "check_range",
-    "check_remote_size",
-    "range_past_end",
     "with_retries",
 ]
 
@@ -75,7 +70,6 @@ class StorageOptions:
     remote: RemoteConfig = EMPTY
 
     def __post_init__(self) -> None:
-        from astream.errors import ConfigError
 
         if not isinstance(self.timeouts, Timeouts):
             raise ConfigError(f"timeouts must be a Timeouts, got {type(self.timeouts).__name__}")
@@ -120,19 +114,6 @@ class _NoEvents:
 
 NO_EVENTS: TransferEvents = _NoEvents()
 
-
-class Transient(Exception):
-    """One attempt failed in a way that another attempt may fix.
-
-    Attributes:
-        retry_after: seconds the server asked us to wait, if it said.
-        throttled: the server is shedding load (429, 503, SlowDown): callers slow down.
-    """
-
-    def __init__(self, message: str, *, retry_after: float | None = None, throttled: bool = False) -> None:
-        super().__init__(message)
-        self.retry_after = retry_after
-        self.throttled = throttled
 
 
 async def with_retries(
@@ -321,81 +302,3 @@ class Storage(AsyncResource, abc.ABC):
 
     def _unclosed(self) -> bool:
         return bool(getattr(self, "_needs_close", False) and not getattr(self, "_closed", True))
-
-
-def check_remote_size(url: str, total: int, size: int | None) -> None:
-    """Refuse a remote object whose size differs from what index.json recorded.
-
-    Raises:
-        SizeMismatchError: the sizes differ (the dataset changed after its index was written).
-    """
-    if size is not None and total != size:
-        raise SizeMismatchError(f"{url}: the remote object is {total} bytes but index.json says {size}; "
-                                "the dataset changed after its index was written (re-create the index or the cache)")
-
-
-def check_range(url: str, start: int, end: int) -> tuple[int, int]:
-    """Refuse a byte range that is not ``0 <= start <= end``; returns it as plain ints.
-
-    Integer-likes (numpy offsets read from an index) are accepted through ``__index__``.
-
-    Raises:
-        ConfigError: a bound is not an integer, ``start < 0`` or ``end < start``.
-    """
-    bounds = []
-    for name, value in (("start", start), ("end", end)):
-        try:
-            if isinstance(value, bool):
-                raise TypeError
-            bounds.append(operator.index(value))
-        except TypeError:
-            raise ConfigError(f"{url}: read_range {name} must be an integer, got {value!r}") from None
-    first, stop = bounds
-    if first < 0 or stop < first:
-        raise ConfigError(f"{url}: read_range needs 0 <= start <= end, got start={first}, end={stop}")
-    return first, stop
-
-
-def check_body_length(url: str, data: bytes, start: int, length: int) -> bytes:
-    """``data`` if it is the ``length`` bytes a ranged read at ``start`` asked for.
-
-    Raises:
-        Transient: the body came short (the connection ended early: retried).
-        DownloadError: the body is longer than asked (the same request would get the same).
-    """
-    if len(data) < length:
-        raise Transient(f"the body ended after {len(data)} of {length} bytes")
-    if len(data) > length:
-        raise DownloadError(f"{url}: asked for {length} bytes at {start} but got {len(data)}; not retried")
-    return data
-
-
-def range_past_end(url: str, size: int | None, start: int, end: int) -> DownloadError:
-    """The error for a range that runs past the end of the object (``size`` if known)."""
-    what = f"is {size} bytes" if size is not None else "ends"
-    return DownloadError(
-        f"{url}: the object {what} before byte {end}, so it has no bytes {start}:{end} "
-        "(the index and the remote disagree, or the object changed)"
-    )
-
-
-# "bytes first-last/total" (total "*" when unknown); HTTP resumes and ranged reads parse it.
-CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+|\*)\s*$")
-
-
-def check_content_range(url: str, header: str | None, start: int, end: int) -> None:
-    """Refuse a partial answer that is not exactly bytes ``start:end`` (``end`` exclusive).
-
-    Raises:
-        DownloadError: the object is shorter than ``end`` (the server clamped the range),
-            or the server says it sent other bytes than asked. Not retried: the same
-            request would get the same answer.
-    """
-    match = CONTENT_RANGE.match(header or "")
-    if match and int(match.group(1)) == start and int(match.group(2)) == end - 1:
-        return
-    if match and int(match.group(1)) == start and match.group(3) != "*" and int(match.group(3)) < end:
-        raise range_past_end(url, int(match.group(3)), start, end)
-    raise DownloadError(
-        f"{url}: asked for bytes {start}-{end - 1} but the answer's Content-Range is {header!r}; not retried"
-    )

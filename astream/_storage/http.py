@@ -25,18 +25,20 @@ from typing import Any
 import aiohttp
 import yarl
 
-from astream._storage.base import (
+from astream._storage.answers import (
     CONTENT_RANGE,
-    ObjectInfo,
-    Storage,
-    StorageOptions,
-    TransferEvents,
-    Transient,
     check_body_length,
     check_content_range,
     check_range,
     check_remote_size,
     range_past_end,
+)
+from astream._storage.base import (
+    ObjectInfo,
+    Storage,
+    StorageOptions,
+    TransferEvents,
+    Transient,
     with_retries,
 )
 from astream._storage.retry import parse_retry_after

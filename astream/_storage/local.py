@@ -18,13 +18,15 @@ import aiofiles
 import aiofiles.os
 
 from astream._format.names import checked_listing
+from astream._storage.answers import (
+    check_range,
+    range_past_end,
+)
 from astream._storage.base import (
     ObjectInfo,
     Storage,
     TransferEvents,
     Transient,
-    check_range,
-    range_past_end,
     with_retries,
 )
 from astream._storage.sink import BufferedSink, Sink

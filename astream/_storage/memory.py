@@ -12,14 +12,16 @@ import asyncio
 import collections
 import hashlib
 
+from astream._storage.answers import (
+    check_range,
+    check_remote_size,
+    range_past_end,
+)
 from astream._storage.base import (
     ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
-    check_range,
-    check_remote_size,
-    range_past_end,
     with_retries,
 )
 from astream._storage.sink import Sink

@@ -5,6 +5,8 @@ dataclasses (like aiohttp's ``ClientTimeout``) that check their fields once, and
 :meth:`RetryPolicy.delay` turns an attempt number (and a server's ``Retry-After``)
 into the seconds to sleep, so the schedule is tested without a clock or a socket.
 
+:class:`Transient` is the failure a backend raises when another attempt may fix it.
+
 The worst case of one transfer is bounded by :meth:`RetryPolicy.worst_case`:
 ``timeouts.download * (retries + 1)`` plus the sum of the longest back-offs.
 """
@@ -20,7 +22,21 @@ from dataclasses import dataclass
 from astream._checks import check_int
 from astream.errors import ConfigError
 
-__all__ = ["RetryPolicy", "Timeouts", "parse_retry_after"]
+__all__ = ["RetryPolicy", "Timeouts", "Transient", "parse_retry_after"]
+
+
+class Transient(Exception):
+    """One attempt failed in a way that another attempt may fix.
+
+    Attributes:
+        retry_after: seconds the server asked us to wait, if it said.
+        throttled: the server is shedding load (429, 503, SlowDown): callers slow down.
+    """
+
+    def __init__(self, message: str, *, retry_after: float | None = None, throttled: bool = False) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+        self.throttled = throttled
 
 
 def _check_seconds(name: str, value: float, *, allow_zero: bool = False) -> None:

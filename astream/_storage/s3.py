@@ -23,38 +23,35 @@ import re
 from typing import Any
 from urllib.parse import urlsplit
 
-import aiohttp
-
 from astream._format.names import checked_listing
+from astream._storage.answers import (
+    check_body_length,
+    check_content_range,
+    check_range,
+    check_remote_size,
+    range_past_end,
+)
 from astream._storage.base import (
     ObjectInfo,
     Storage,
     StorageOptions,
     TransferEvents,
     Transient,
-    check_body_length,
-    check_content_range,
-    check_range,
-    check_remote_size,
-    range_past_end,
     with_retries,
 )
+from astream._storage.s3_errors import translate
 from astream._storage.sink import Sink
 from astream.errors import (
-    AccessDeniedError,
     DownloadError,
     MissingExtraError,
     RangeNotSupportedError,
     RemoteNotFoundError,
-    UploadError,
     UsageError,
 )
 
 __all__ = ["S3Storage", "split_s3_url"]
 
 _CONTENT_RANGE = re.compile(r"^\s*bytes\s+(\d+)-(\d+)/(\d+)\s*$")
-_THROTTLE_CODES = {"SlowDown", "Throttling", "ThrottlingException", "RequestLimitExceeded", "TooManyRequests"}
-_NOT_FOUND_CODES = {"NoSuchKey", "NoSuchBucket", "404", "NotFound"}
 
 
 def split_s3_url(url: str) -> tuple[str, str]:
@@ -171,33 +168,7 @@ class S3Storage(Storage):
 
     def _translate(self, url: str, exc: BaseException, verb: str = "download") -> Exception:
         """Map a botocore/aiohttp failure to Transient (retry) or a final astream error."""
-        exc_mod = self._exc
-        if isinstance(exc, exc_mod.ClientError):
-            error = exc.response.get("Error", {})
-            code = str(error.get("Code", ""))
-            status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-            what = f"S3 {code or status}: {error.get('Message', '')}".rstrip(": ")
-            if code in _THROTTLE_CODES or status in (429, 503):
-                return Transient(f"{what} (bucket is throttling)", throttled=True)
-            if status >= 500 or code in ("InternalError", "ServiceUnavailable"):
-                return Transient(what)
-            if code in ("PreconditionFailed", "InvalidRange") or status in (412, 416):
-                self._etags.pop(url, None)
-                return Transient(f"{what}: the object changed while we resumed; restarting")
-            denied = status in (401, 403) or code in ("AccessDenied", "InvalidAccessKeyId", "SignatureDoesNotMatch")
-            if verb == "upload":
-                hint = f"; {self.credentials_hint}" if denied else ""
-                return UploadError(f"{url}: upload refused ({what}){hint}; not retried")
-            if code in _NOT_FOUND_CODES or status == 404:
-                return RemoteNotFoundError(f"{url}: {what}; check the bucket, the prefix and the split")
-            if denied:
-                return AccessDeniedError(f"{url}: {what}; {self.credentials_hint}; not retried")
-            return DownloadError(f"{url}: {what}; not retried")
-        if isinstance(exc, exc_mod.NoCredentialsError):
-            return AccessDeniedError(f"{url}: no credentials found; {self.credentials_hint}")
-        if isinstance(exc, (exc_mod.BotoCoreError, aiohttp.ClientError, ConnectionError, asyncio.IncompleteReadError)):
-            return Transient(f"{type(exc).__name__}: {exc}")
-        return DownloadError(f"{url}: {type(exc).__name__}: {exc}")
+        return translate(url, exc, self._exc, self.credentials_hint, self._etags, verb)
 
     async def fetch_into(
         self, url: str, sink: Sink, *, size: int | None = None, events: TransferEvents | None = None

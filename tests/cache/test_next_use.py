@@ -9,15 +9,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from astream._cache.eviction import (
-    Candidate,
-    NodePlan,
-    choose_victims,
-    min_cache_bytes,
-    offline_optimum,
-    runs_of,
-    simulate,
-)
+from astream._cache.eviction import Candidate, NodePlan, choose_victims, min_cache_bytes, runs_of
+from astream._cache.simulation import offline_optimum, simulate
 from astream._sampling.plan import EpochPlan
 from astream.errors import CacheError
 

@@ -3,7 +3,7 @@
 Each run checks that the epoch is exact, that the shard files on disk (temporaries
 included, sampled while it runs) never exceeded ``cache_limit``, and that the number of
 shard downloads is what the pure simulation of the policy predicts
-(:func:`astream._cache.eviction.simulate`).
+(:func:`astream._cache.simulation.simulate`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,8 @@ import pytest
 from helpers import THREAD_AGENT
 
 from astream import Loader, MDSWriter, StreamingDataset
-from astream._cache.eviction import min_cache_bytes, offline_optimum, simulate
+from astream._cache.eviction import min_cache_bytes
+from astream._cache.simulation import offline_optimum, simulate
 from astream._coord.world import World
 from astream._dataset.runtime import portal
 from astream.errors import CacheError, CacheWarning

@@ -18,7 +18,8 @@ import aiohttp
 import pytest
 
 from astream import Loader, MDSWriter, StreamingDataset
-from astream._cache.eviction import SimTrace, min_cache_bytes
+from astream._cache.eviction import min_cache_bytes
+from astream._cache.simulation import SimTrace
 from astream._format.index import Index
 from astream._node.room import footprints
 from astream._sampling.forecast import forecast_epoch, stall_timeline
