@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -33,6 +34,9 @@ def _loader(remote: str, cache: str, workers: int) -> tuple[StreamingDataset, Lo
 def run_stream_demo(dataset_dir: str, work_dir: str) -> int:
     """Serve ``dataset_dir``, stream it, stop mid-epoch, resume in another process, verify."""
     cache = os.path.join(work_dir, "cache")
+    # Each run writes the dataset anew and serves it on a new port: the last run's cache is
+    # another remote's, which a folder refuses (one remote per cache folder), so it goes.
+    shutil.rmtree(cache, ignore_errors=True)
     state_file = os.path.join(work_dir, "state.json")
     seen_file = os.path.join(work_dir, "resumed-ids.json")
     with LoopbackServer(dataset_dir) as server:
