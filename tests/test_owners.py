@@ -28,9 +28,8 @@ FACADE_LINES = 500
 # (issue 30): a ceiling that only comes down. A new module over the limit fails.
 OVER = {
     # Raised once, by the parameters of issues 36 and 37 (on_mixture_change, on_bad_sample and
-    # its budget): splitting both is issue 30's open step 6.
-    "astream/_dataset/dataset.py": 454,
-    "astream/_dataset/loader.py": 550,
+    # its budget); the plans went to planner.py, the start-up goes to start/prelude.py next.
+    "astream/_dataset/dataset.py": 408,
 }
 
 

@@ -19,8 +19,6 @@ from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mappin
 from contextlib import asynccontextmanager
 from typing import Any
 
-import numpy as np
-
 from astream._cache.index_file import load_index
 from astream._cache.installer import check_hashes_present
 from astream._cache.origin import claim_folder
@@ -37,21 +35,19 @@ from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.layout import SampleMap
 from astream._dataset.mixture import mixture_report
 from astream._dataset.observe.stats import Stats
+from astream._dataset.planner import Planner, ReaderShape
 from astream._dataset.quarantine import Quarantine
 from astream._dataset.quarantine_file import read_quarantine
 from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
-from astream._dataset.shared_plan import worker_order
 from astream._dataset.start.early import EarlyFirst, early_first_batch
 from astream._dataset.start.preopen import preopen
 from astream._dataset.start.warmup import WarmStart
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._format.index import Index
-from astream._node.provider import shard_key
-from astream._sampling.order import WorkerBatches, first_batch
 from astream._sampling.plan import EpochPlan
 from astream._storage.registry import StoragePool, configure
 
@@ -154,13 +150,14 @@ class StreamingDataset(RandomAccess):
             self.config = dataclasses.replace(self.config, bad_samples=self.config.bad_samples.with_listed(listed))
         self.run = RunState(self.config, self.config.fingerprint(self.indexes), self.config.mixture(self.indexes))
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=True)
+        self._planner = Planner(self.config, self.run, self.sample_map, self.session)
         weights = self.plan(epoch=0, sample_in_epoch=0, workers_per_rank=1).weights  # (validates the config)
         self._weights = tuple(zip(weights.proportion.tolist(), weights.repeat.tolist(), weights.choose.tolist(),
                                   strict=True))
         for stream, resolved in zip(streams or (), self._weights, strict=bool(streams)):
             stream.resolve(*resolved)  # as MosaicML writes them back into the streams it was given
         self._warm: WarmStart | None = None
-        self._warm_shape = (1, self.config.batch_size or 1, False)
+        self._warm_shape = ReaderShape(1, self.config.batch_size or 1, False)
         register_with_torch(StreamingDataset)  # (torch's DataLoader must iterate it: see torch_idiom.py)
 
     def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
@@ -175,7 +172,7 @@ class StreamingDataset(RandomAccess):
         cfg = self.config
         if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams) or cfg.bad_samples.listed:
             return
-        self._warm_shape = (workers_per_rank, batch_size, drop_last)
+        self._warm_shape = ReaderShape(workers_per_rank, batch_size, drop_last)
         warm = self.__dict__.get("_warm")
         if warm is not None:  # another loader, of another shape
             resume = self.run.resume
@@ -188,22 +185,7 @@ class StreamingDataset(RandomAccess):
         weakref.finalize(self, warm.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
 
     def _first_keys(self, epoch: int, sample_in_epoch: int = 0) -> list[str]:
-        """The shards (keys) of the first batch of each of this rank's readers in ``epoch``
-        from ``sample_in_epoch``, those of streams with a remote, in the order they are read."""
-        workers, size, drop_last = self._warm_shape
-        plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers, batch_size=size)
-        world = self.config.world
-        firsts = [first_batch(plan, world.node, world.local_rank, worker, drop_last=drop_last)
-                  for worker in range(workers)]
-        shards = self.sample_map.locate(np.concatenate(firsts))[0]
-        found, at = np.unique(shards, return_index=True)
-        streams = self.config.streams
-        out = []
-        for g in found[np.argsort(at)].tolist():
-            stream = self.sample_map.shard_stream[g]
-            if streams[stream].remote is not None:
-                out.append(shard_key(stream, self.sample_map.shard_local[g]))
-        return out
+        return self._planner.first_keys(self._warm_shape, epoch, sample_in_epoch)
 
     def __getattr__(self, name: str) -> Any:
         # The validated parameters read as attributes (``ds.shuffle_seed``), as in MosaicML.
@@ -215,7 +197,7 @@ class StreamingDataset(RandomAccess):
     def __getstate__(self) -> dict[str, Any]:
         # Configuration, indexes and run state travel; the session and sample map are rebuilt,
         # and a copy has no warm start (its iteration asks for its own shards).
-        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map", "_warm")}
+        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map", "_planner", "_warm")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
@@ -223,6 +205,7 @@ class StreamingDataset(RandomAccess):
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         # A loader's worker process reads ahead from local-directory remotes only.
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=False)
+        self._planner = Planner(self.config, self.run, self.sample_map, self.session)
 
     @property
     def streams(self) -> list[Stream]:
@@ -247,17 +230,8 @@ class StreamingDataset(RandomAccess):
     def plan(self, *, epoch: int, sample_in_epoch: int, workers_per_rank: int, batch_size: int | None = None) -> EpochPlan:
         """The epoch plan for this dataset, world and run state (``batch_size``: a loader's, used
         only when the dataset has none)."""
-        cfg, run = self.config, self.run
-        ncn = run.ncn if run.ncn is not None else cfg.num_canonical_nodes
-        size = cfg.batch_size or batch_size or 1
-        history = run.history_of(epoch, sample_in_epoch)  # an epoch whose mixture changed: its current segment's plan
-        key = (epoch, sample_in_epoch, workers_per_rank, size, ncn, run.seed, run.initial_physical_nodes,
-               history and history[1])
-        return self.session.plan(key, lambda: cfg.epoch_plan(
-            self.sample_map.stream_shard_sizes(), num_canonical_nodes=ncn, shuffle_seed=run.seed,
-            initial_physical_nodes=run.initial_physical_nodes, epoch=epoch, sample_in_epoch=sample_in_epoch,
-            workers_per_rank=workers_per_rank, batch_size=size, history=history,
-        ))
+        return self._planner.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=workers_per_rank,
+                                  batch_size=batch_size)
 
     async def node(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
         """This process's node client for the running loop (``role="worker"``: a loader worker's)."""
@@ -318,11 +292,11 @@ class StreamingDataset(RandomAccess):
         if it does not fit this dataset or world."""
         warm = self.__dict__.get("_warm")
         if warm is None:
-            self.run.load(obj, self._plan_at)
+            self.run.load(obj, self._planner.plan_at)
             return
         warm.hold()  # (the node's start waits for the first batch's decode: see warmup.py)
         try:
-            self.run.load(obj, self._plan_at)
+            self.run.load(obj, self._planner.plan_at)
             resume = self.run.resume
             assert resume is not None
             # (the plan, which the iteration needs anyway, is then cached for it)
@@ -336,22 +310,7 @@ class StreamingDataset(RandomAccess):
         if not decoding:
             # No first batch to take early: the reader's order of the rest of the epoch is
             # made now, while the node agent starts, not after the epoch's barrier.
-            self._plan_reader(resume.epoch, resume.sample_in_epoch)
-
-    def _plan_at(self, epoch: int, sample_in_epoch: int) -> EpochPlan:
-        return self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1)
-
-    def _plan_reader(self, epoch: int, sample_in_epoch: int) -> None:
-        """Compute (and keep on the plan) the order of a loader's only reader, if it has one."""
-        workers, size, drop_last = self._warm_shape
-        if workers == 1:
-            plan = self.plan(epoch=epoch, sample_in_epoch=sample_in_epoch, workers_per_rank=1, batch_size=size)
-            self._worker_order(plan, 0, drop_last)
-
-    def _worker_order(self, plan: EpochPlan, worker: int, drop_last: bool) -> WorkerBatches:
-        first = self.config.streams[0]  # (a local dataset's own folder is the user's data: nothing kept there)
-        return worker_order(plan, self.config.world, first.local_dir if first.remote is not None else None, worker,
-                            drop_last)
+            self._planner.reader_order(self._warm_shape, resume.epoch, resume.sample_in_epoch)
 
     def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
         """A loaded state's first batch (of this rank's only reader), to take from the row
@@ -361,10 +320,7 @@ class StreamingDataset(RandomAccess):
         if (resume is None or self.config.cache_limit is not None or self._steps() is not None
                 or self.config.bad_samples.skips):  # (skip: every batch through the reader's stand-ins)
             return None
-        plan = self.plan(epoch=resume.epoch, sample_in_epoch=resume.sample_in_epoch, workers_per_rank=1,
-                         batch_size=batch_size)
-        world = self.config.world
-        ids = first_batch(plan, world.node, world.local_rank, 0, drop_last=drop_last)
+        ids = self._planner.first_ids(ReaderShape(1, batch_size, drop_last), resume.epoch, resume.sample_in_epoch)[0]
         return early_first_batch(resume.epoch, resume.sample_in_epoch, ids, self.sample_map, self.session.shards,
                                  self.__dict__.get("_warm"))
 
@@ -378,7 +334,7 @@ class StreamingDataset(RandomAccess):
         (``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad)."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
-        order = self._worker_order(plan, worker, drop_last)
+        order = self._planner.worker_order(plan, worker, drop_last)
         node = await self.node(worker, workers_per_rank, role="worker")
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
                                        batch_transform, window=batch_size or self.config.batch_size or 1,

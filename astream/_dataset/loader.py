@@ -11,30 +11,27 @@ round-robin — the order a torch DataLoader gives over MosaicML Streaming — s
 from __future__ import annotations
 
 import asyncio
-import copy
-import pickle
 import sys
 import threading
 import time
 import weakref
 from collections.abc import AsyncIterator, Iterator
-from contextlib import AbstractAsyncContextManager, asynccontextmanager
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from contextlib import asynccontextmanager
+from typing import Any
 
 import numpy as np
 
 from astream._dataset import quarantine as bad
 from astream._dataset.bridge import SyncIterator
 from astream._dataset.dataset import StreamingDataset
+from astream._dataset.epoch_job import EpochJob, open_reader, pickled_for_workers
+from astream._dataset.handed import Handed
 from astream._dataset.iteration import ManagedAsyncIterator
 from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
 from astream._dataset.observe.metrics import register as register_metrics
-from astream._dataset.observe.progress import ProgressBar
 from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
-from astream._dataset.observe.stats import ConsumerCounters, Stats
+from astream._dataset.observe.stats import Stats
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.read.reader import EpochReader, StartAt
 from astream._dataset.read.samples import apply_batch_transform
 from astream._dataset.runtime import portal
 from astream._dataset.start.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
@@ -48,61 +45,6 @@ from astream._storage.loop import new_event_loop
 from astream.errors import ConfigError
 
 __all__ = ["Loader"]
-
-def batch_length(batch: Any) -> int:
-    """Samples in a batch: a dict's first column, a sequence, or an array's first axis."""
-    if isinstance(batch, dict):
-        if not batch:
-            return 0
-        return batch_length(next(iter(batch.values())))
-    if isinstance(batch, np.ndarray):
-        return int(batch.shape[0]) if batch.ndim else 1
-    if hasattr(batch, "shape") and getattr(batch, "shape", None):
-        return int(batch.shape[0])
-    try:
-        return len(batch)
-    except TypeError:
-        return 1
-
-
-@dataclass
-class _EpochJob:
-    """What each loader worker runs: its share of one epoch (picklable)."""
-
-    dataset: StreamingDataset
-    epoch: int
-    offset: int
-    config: LoaderConfig
-    skipped: frozenset[int] = frozenset()  # on_bad_sample="skip": ids known to be bad, never read
-    # While worker processes start, the consumer reads their first batches itself (see
-    # WorkerPool): the first batch no longer waits for interpreters to boot.
-    stand_in: ClassVar[bool] = True
-
-    @asynccontextmanager
-    async def open(self, worker_id: int, start_at: StartAt | None = None) -> AsyncIterator[AsyncIterator[Any]]:
-        # Thread workers share the process: each gets its own copy of the dataset so open
-        # shards and node clients are never shared between event loops.
-        ds = self.dataset if self.config.processes else _thread_copy(self.dataset)
-        try:
-            async with _open_reader(ds, self.epoch, self.offset, worker_id, self.config, self.skipped) as reader:
-                yield reader.batches(self.config.collate_fn, start_at=start_at)
-        finally:
-            await ds.aclose()
-            # This worker's dataset is its own (a thread's copy, or unpickled with the job by
-            # a stand-in or a worker process): its shard maps hold file descriptors, which
-            # must not wait for the garbage collector (an epoch would leak dozens).
-            ds.session.shards.close()
-
-
-def _open_reader(
-    ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig,
-    skipped: frozenset[int] = frozenset(),  # on_bad_sample="skip": the ids known to be bad
-) -> AbstractAsyncContextManager[EpochReader]:
-    """The reader of one of the loader's readers (a worker's, or the process's own)."""
-    return ds.open_epoch_reader(epoch, offset, worker=worker, workers_per_rank=config.readers,
-                                batch_size=config.batch_size, drop_last=config.drop_last,
-                                batch_transform=config.batch_transform, skipped=skipped)
-
 
 class Loader:
     """Batches of a :class:`StreamingDataset` for this rank, in MosaicML Streaming's order.
@@ -167,7 +109,7 @@ class Loader:
             # astream's loop thread): a script without a main guard (startup.py). For "auto", the
             # same checks for the workers it may choose: what fails them keeps it at 0.
             try:
-                parts = _pickled_for_workers(dataset, collate_fn=config.collate_fn,
+                parts = pickled_for_workers(dataset, collate_fn=config.collate_fn,
                                              batch_transform=config.batch_transform)
                 self._worker_start = decide_start(parts, sys._getframe(1))
             except ConfigError as exc:
@@ -175,11 +117,8 @@ class Loader:
                     raise
                 self._auto_blocked = str(exc).split("\n")[0]
         self.dataset = dataset
-        self.num_samples_yielded = 0
-        self._consumer = ConsumerCounters()  # over the loader's life, all epochs
-        self._bar: ProgressBar | None = None
-        self._epoch_samples: int | None = None  # this iteration's, for the bar
         self._book = bad.QuarantineBook.of(dataset.config.bad_samples, dataset.unique_world.rank)  # (skip)
+        self._handed = Handed(config.progress, self._book, self._watch)  # what the caller received
         register_metrics(self)  # a weak reference, read only by an exporter someone enabled
         enable_prometheus_from_env(dataset.world.local_rank)
         # Iterations in progress, for close(); an abandoned one drops out when collected.
@@ -191,7 +130,7 @@ class Loader:
             # that it happens while the caller builds the model instead of before the
             # first batch. Failures surface at iteration. The forkserver starts now too.
             portal().submit(dataset.node())
-            self._prestart = prestart(process_context(_EpochJob.__module__, self._worker_start))
+            self._prestart = prestart(process_context(EpochJob.__module__, self._worker_start))
         if (config.num_workers > 0 or self._watch is not None) and config.processes and config.persistent_workers:
             self._crew = Crew()
             # The processes and their pipes go with the loader at the latest, never
@@ -257,43 +196,16 @@ class Loader:
             return
         self._choice = watch.choice(self.dataset.world.ranks_per_node, self._auto_blocked)
         self.config = self.config.with_workers(self._choice.workers)
+        self._handed.watch = None  # (chosen: its figures are not needed any more)
 
-    def _received(self, batch: Any, asked: float, last: float, cpu_waited: float = 0.0) -> float:
-        # Counted as it is handed over, i.e. what the training loop received.
-        now = time.perf_counter()
-        if self._watch is not None and self._choice is None:
-            self._watch.received(batch, now - asked, cpu_waited)
-        n = batch_length(batch)
-        self.num_samples_yielded += n
-        self._consumer.received(n, now - asked, now - last)
-        if self.progress:
-            if self._bar is None:
-                self._bar = ProgressBar(self._consumer, self._epoch_samples)
-            self._bar.update(n)
-        return now
+    @property
+    def num_samples_yielded(self) -> int:
+        """Samples this iteration handed out so far (MosaicML's attribute; ``state_dict`` reads it)."""
+        return self._handed.samples
 
-    def _end_bar(self) -> None:
-        bar, self._bar = self._bar, None
-        if bar is not None:
-            bar.close()
-
-    async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        it = batches.__aiter__()
-        if self._watch is not None:
-            self._watch.started()  # the first epoch's start (a no-op after it)
-        last = time.perf_counter()
-        try:
-            while True:
-                asked, cpu = time.perf_counter(), time.thread_time()
-                try:
-                    batch = await it.__anext__()
-                except StopAsyncIteration:
-                    return
-                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
-                last = self._received(batch, asked, last, time.thread_time() - cpu)
-                yield batch
-        finally:
-            self._end_bar()
+    @num_samples_yielded.setter
+    def num_samples_yielded(self, value: int) -> None:
+        self._handed.samples = value
 
     @asynccontextmanager
     async def _open_epoch(self, count: bool = True,
@@ -311,22 +223,22 @@ class Loader:
         else:
             check_began(served, epoch, offset)
         if self.progress:
-            self._epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
+            self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
         skipped = bad.epoch_skips(self._book, offset, lambda: config.batch_size * len(self.batch_ids(epoch)))
         if config.num_workers == 0:
-            async with _open_reader(ds, epoch, offset, 0, config, skipped) as reader:
+            async with open_reader(ds, epoch, offset, 0, config, skipped) as reader:
                 batches = reader.batches(config.collate_fn, served_first=None if served is None else served.served)
-                yield self._counted(batches) if count else batches
+                yield self._handed.counted(batches) if count else batches
             return
         assert served is None  # (taken only without workers)
-        job = _EpochJob(ds, epoch, offset, config, skipped)
+        job = EpochJob(ds, epoch, offset, config, skipped)
         plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=config.num_workers,
                        batch_size=config.batch_size)
         schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=config.drop_last))
         async with WorkerPool(job, config.num_workers, config.worker_mode, config.prefetch_batches,
                               loop_factory=new_event_loop, schedule=schedule.tolist(),
                               start=self._worker_start, crew=self._crew) as pool:
-            yield self._counted(pool.batches()) if count else pool.batches()
+            yield self._handed.counted(pool.batches()) if count else pool.batches()
 
     @asynccontextmanager
     async def _open_async(self) -> AsyncIterator[AsyncIterator[Any]]:
@@ -379,12 +291,11 @@ class Loader:
                     batch = next(batches)
                 except StopIteration:
                     return
-                batch = bad.handed(self._book, batch) if type(batch) is bad.Substituted else batch
-                last = self._received(batch, asked, last)
+                batch, last = self._handed.take(batch, asked, last)
                 yield batch
         finally:
             batches.close()
-            self._end_bar()
+            self._handed.end()
 
     def _early_first(self) -> EarlyFirst | None:
         """A resume's first batch, to take from the row groups decoded at ``load_state_dict``
@@ -398,10 +309,10 @@ class Loader:
     def _handed_early(self, early: EarlyBatch, asked: float, last: float) -> tuple[Any, float]:
         """The early batch as the caller receives it (its batch transform applied), counted."""
         if self.progress:
-            self._epoch_samples = sum(len(b) for b in self.batch_ids(early.served.epoch, early.served.offset))
+            self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(early.served.epoch, early.served.offset))
         batch = early.batch if self.batch_transform is None else \
             STAGES.call("transform", apply_batch_transform, self.batch_transform, early.batch)
-        return batch, self._received(batch, asked, last)
+        return self._handed.take(batch, asked, last)
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""
@@ -410,7 +321,7 @@ class Loader:
             # starting while the stand-ins served it): wait for them (bounded), so figures
             # read after an epoch include all of it. Off the loop: their readers need it.
             await asyncio.to_thread(self._crew.settle)
-        return Stats.of(await (await self.dataset.node()).stats(), self._consumer.copy(),
+        return Stats.of(await (await self.dataset.node()).stats(), self._handed.consumer.copy(),
                         self.dataset.mixture_report(), self._book)
 
     def stats(self) -> Stats:
@@ -419,7 +330,7 @@ class Loader:
 
     def _own_stats(self) -> Stats:
         """This loader's figures without the node's (metrics, when the node cannot be asked)."""
-        return Stats.of({}, self._consumer.copy())
+        return Stats.of({}, self._handed.consumer.copy())
 
     def _metric_place(self) -> tuple[int, int]:
         """This process's rank and node, as the metrics label them."""
@@ -514,37 +425,3 @@ class Loader:
         self.num_samples_yielded = 0
         bad.load_quarantine(self._book, state, self.dataset.sample_map.shard_file)
 
-
-def _pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:
-    """The dataset and the loader's functions as worker processes get them (one pickling);
-    what cannot travel is refused now, named, with the fix, instead of a PicklingError at
-    the first epoch."""
-    try:
-        return pickle.dumps((dataset, *functions.values()))
-    except Exception as first:
-        # Name the culprit: the dataset's transform, a loader function, or the dataset (a
-        # subclass may hold what does not pickle).
-        named: dict[str, Any] = {"transform": dataset.config.transform, **functions, "the dataset": dataset}
-        for name, fn in named.items():
-            if fn is None:
-                continue
-            try:
-                pickle.dumps(fn)
-            except Exception as exc:
-                what = name if name == "the dataset" else f"{name}={getattr(fn, '__qualname__', fn)!r}"
-                raise ConfigError(
-                    f"{what} cannot be pickled ({type(exc).__name__}: {exc}), so it cannot reach worker "
-                    "processes; define it at module level (not a lambda or a nested function), or use "
-                    "worker_mode='thread' or num_workers=0"
-                ) from exc
-        raise ConfigError(f"the loader's job cannot be pickled for worker processes: {first}") from first
-
-
-def _thread_copy(dataset: StreamingDataset) -> StreamingDataset:
-    """The dataset for a thread worker: the same configuration (not pickled: a thread needs
-    no picklable transform), its own run state and process session."""
-    clone = copy.copy(dataset)
-    state = dataset.__getstate__()
-    state["run"] = copy.deepcopy(dataset.run)
-    clone.__setstate__(state)
-    return clone

@@ -21,7 +21,8 @@ import time
 from typing import Any
 
 from astream._dataset.dataset import StreamingDataset
-from astream._dataset.loader import Loader, batch_length
+from astream._dataset.handed import batch_length
+from astream._dataset.loader import Loader
 from astream._dataset.runtime import portal
 from astream.cli._output import CommandError, format_size, progress
 from astream.cli._source import is_local
