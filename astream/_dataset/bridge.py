@@ -54,8 +54,7 @@ class SyncIterator(Generic[T]):
         # Set while the consumer is blocked on an empty queue; ``_taken`` once it has its item.
         self._waiting = False
         self._taken = threading.Event()
-        # Not waited for here: a caller holding a batch already (a resume's first, see
-        # astream._dataset.start.early) hands it out while the loop thread starts the pump.
+        # Not waited for here: the pump starts on the loop thread while the caller goes on.
         self._closed = False
         portal.submit(self._start(open_iterator, self._maxsize))
 

@@ -1,11 +1,13 @@
 """``StreamingDataset``: MosaicML Streaming's dataset, without torch.
 
-The class users see is a facade over three parts with one job each: the frozen,
-validated :class:`~astream._dataset.config.DatasetConfig`; the
-:class:`~astream._dataset.run.RunState` (epoch, resume point, run-wide values); and the
-per-process :class:`~astream._dataset.session.NodeSession` (node clients, open shards,
-plans). The dataset pickles into spawned workers as configuration, indexes and run
-state; each process makes its own session.
+The class users see is a facade over parts with one job each: the frozen, validated
+:class:`~astream._dataset.config.DatasetConfig`; the :class:`~astream._dataset.run.RunState`
+(epoch, resume point, run-wide values); the per-process
+:class:`~astream._dataset.session.NodeSession` (node clients, open shards, plans kept); the
+:class:`~astream._dataset.planner.Planner` (its epoch plans and first batches); and, once a
+loader is made, the :class:`~astream._dataset.start.prelude.Prelude` (the start-up). The
+dataset pickles into spawned workers as configuration, indexes and run state; each process
+makes its own session and planner, and a copy has no prelude.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ import dataclasses
 import functools
 import sys
 import weakref
-from collections.abc import AsyncIterator, Callable, Coroutine, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from contextlib import asynccontextmanager
 from typing import Any
 
@@ -42,9 +44,7 @@ from astream._dataset.read.reader import EpochReader
 from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
-from astream._dataset.start.early import EarlyFirst, early_first_batch
-from astream._dataset.start.preopen import preopen
-from astream._dataset.start.warmup import WarmStart
+from astream._dataset.start.prelude import Prelude
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._format.index import Index
@@ -156,36 +156,31 @@ class StreamingDataset(RandomAccess):
                                   strict=True))
         for stream, resolved in zip(streams or (), self._weights, strict=bool(streams)):
             stream.resolve(*resolved)  # as MosaicML writes them back into the streams it was given
-        self._warm: WarmStart | None = None
-        self._warm_shape = ReaderShape(1, self.config.batch_size or 1, False)
+        self._prelude: Prelude | None = None
         register_with_torch(StreamingDataset)  # (torch's DataLoader must iterate it: see torch_idiom.py)
 
-    def warm_up(self, workers_per_rank: int, batch_size: int, drop_last: bool) -> None:
-        """Join the node and fetch the first batch of each of the rank's readers while the
-        program goes on (see :mod:`astream._dataset.start.warmup`); a :class:`Loader` calls it
-        when it is made, with its own shape (the first batches depend on it).
+    def prelude(self, shape: ReaderShape) -> Prelude | None:
+        """The start-up prelude (:mod:`astream._dataset.start.prelude`), started by a :class:`Loader`
+        when it is made, with its readers' ``shape`` (the first batches depend on it): the node
+        joined and the first batches fetched while the program goes on.
 
-        Not for a bounded cache, whose readers' plans decide what it holds and whose size
-        is checked when an epoch is set up, before any download; not for datasets with
-        nothing to download; not with a quarantine (its lost shards are never fetched).
+        None for a bounded cache, whose readers' plans decide what it holds and whose size is
+        checked when an epoch is set up, before any download; for datasets with nothing to
+        download; with a quarantine (its lost shards are never fetched).
         """
         cfg = self.config
         if cfg.cache_limit is not None or all(s.remote is None for s in cfg.streams) or cfg.bad_samples.listed:
-            return
-        self._warm_shape = ReaderShape(workers_per_rank, batch_size, drop_last)
-        warm = self.__dict__.get("_warm")
-        if warm is not None:  # another loader, of another shape
-            resume = self.run.resume
-            if resume is not None:
-                warm.redirect(self._first_keys(resume.epoch, resume.sample_in_epoch))
-            return
-        # Nothing in it refers to the dataset, which its finalizer must not keep alive.
-        warm = self._warm = WarmStart(portal(), functools.partial(self.session.new_client, role="warm"))
-        warm.start(self._first_keys)
-        weakref.finalize(self, warm.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
-
-    def _first_keys(self, epoch: int, sample_in_epoch: int = 0) -> list[str]:
-        return self._planner.first_keys(self._warm_shape, epoch, sample_in_epoch)
+            return None
+        prelude = self.__dict__.get("_prelude")
+        if prelude is None:
+            # Nothing in it refers to the dataset, which its finalizer must not keep alive.
+            prelude = self._prelude = Prelude(
+                portal(), functools.partial(self.session.new_client, role="warm"), self._planner, self.run,
+                self.sample_map, cfg, self.session.shards, per_sample=self._steps() is not None)
+            self.run.watch = prelude  # (it reacts to a loaded state's position)
+            weakref.finalize(self, prelude.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
+        prelude.start(shape)
+        return prelude
 
     def __getattr__(self, name: str) -> Any:
         # The validated parameters read as attributes (``ds.shuffle_seed``), as in MosaicML.
@@ -196,12 +191,12 @@ class StreamingDataset(RandomAccess):
 
     def __getstate__(self) -> dict[str, Any]:
         # Configuration, indexes and run state travel; the session and sample map are rebuilt,
-        # and a copy has no warm start (its iteration asks for its own shards).
-        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map", "_planner", "_warm")}
+        # and a copy has no prelude (its iteration asks for its own shards).
+        return {k: v for k, v in self.__dict__.items() if k not in ("session", "sample_map", "_planner", "_prelude")}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__dict__.update(state)
-        self._warm = None
+        self._prelude = None
         self.sample_map = SampleMap(self.indexes, self.config.allow_unsafe_types)
         # A loader's worker process reads ahead from local-directory remotes only.
         self.session = NodeSession(self.config, self.indexes, self.sample_map, network_peek=False)
@@ -254,10 +249,10 @@ class StreamingDataset(RandomAccess):
         return portal().call(self.astats())
 
     async def aclose(self) -> None:
-        """Leave the node (for this event loop, and the warm start's); idempotent."""
-        warm = self.__dict__.get("_warm")
-        if warm is not None:
-            await _on_portal(warm.astop())
+        """Leave the node (for this event loop, and the start-up prelude's); idempotent."""
+        prelude = self.__dict__.get("_prelude")
+        if prelude is not None:
+            await prelude.astop_anywhere()
         await self.session.aclose()
 
     def close(self) -> None:
@@ -268,9 +263,9 @@ class StreamingDataset(RandomAccess):
     async def begin_epoch(self, node: AsyncNodeClient, readers_per_rank: int = 1) -> tuple[int, int]:
         """Start an iteration: agree on the epoch with the node's ranks; return (epoch, offset). A
         loaded state resumes at its sample (also after iterating, which MosaicML ignores)."""
-        warm = self.__dict__.get("_warm")
-        if warm is not None:
-            await warm.hand_over(node)  # the iteration asks for its shards itself now
+        prelude = self.__dict__.get("_prelude")
+        if prelude is not None:
+            await prelude.hand_over(node)  # the iteration asks for its shards itself now
         resume = self.run.fix_run_values()
         assert self.run.ncn is not None
         # A cache_limit too small for the node's readers fails here, before any download.
@@ -289,53 +284,25 @@ class StreamingDataset(RandomAccess):
 
     def load_state_dict(self, obj: Any) -> None:
         """Resume from a state (astream's or MosaicML's) at the next iteration; :class:`StateError`
-        if it does not fit this dataset or world."""
-        warm = self.__dict__.get("_warm")
-        if warm is None:
-            self.run.load(obj, self._planner.plan_at)
-            return
-        warm.hold()  # (the node's start waits for the first batch's decode: see warmup.py)
-        try:
-            self.run.load(obj, self._planner.plan_at)
-            resume = self.run.resume
-            assert resume is not None
-            # (the plan, which the iteration needs anyway, is then cached for it)
-            keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
-            # The decode first: the redirect wakes the loop thread, whose work would
-            # delay this thread's start.
-            decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
-            warm.redirect(keys, after=decoding)
-        finally:
-            warm.release()
-        if not decoding:
-            # No first batch to take early: the reader's order of the rest of the epoch is
-            # made now, while the node agent starts, not after the epoch's barrier.
-            self._planner.reader_order(self._warm_shape, resume.epoch, resume.sample_in_epoch)
-
-    def early_first_batch(self, batch_size: int, drop_last: bool) -> EarlyFirst | None:
-        """A loaded state's first batch (of this rank's only reader), to take from the row
-        groups decoded at ``load_state_dict`` once they are; None where that does not apply
-        (see :mod:`astream._dataset.start.early`). The iteration that follows must be told."""
-        resume = self.run.resume
-        if (resume is None or self.config.cache_limit is not None or self._steps() is not None
-                or self.config.bad_samples.skips):  # (skip: every batch through the reader's stand-ins)
-            return None
-        ids = self._planner.first_ids(ReaderShape(1, batch_size, drop_last), resume.epoch, resume.sample_in_epoch)[0]
-        return early_first_batch(resume.epoch, resume.sample_in_epoch, ids, self.sample_map, self.session.shards,
-                                 self.__dict__.get("_warm"))
+        if it does not fit this dataset or world. It sets the position and nothing else (the
+        start-up prelude, if any, reacts: :mod:`astream._dataset.start.prelude`)."""
+        self.run.load(obj, self._planner.plan_at)
 
     @asynccontextmanager
     async def open_epoch_reader(
         self, epoch: int, offset: int, *, worker: int, workers_per_rank: int, batch_size: int | None,
         drop_last: bool = False, batch_transform: Callable[[Any], Any] | None = None,
-        skipped: frozenset[int] = frozenset(),
+        skipped: frozenset[int] = frozenset(), joined: bool = True,
     ) -> AsyncIterator[EpochReader]:
         """A reader of one worker's batches of an epoch that starts ``offset`` samples in
-        (``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad)."""
+        (``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad; ``joined=False``:
+        on the loop's client as it is, which joins the node at its first call: the start-up
+        prelude's batch 0 is read before that)."""
         plan = self.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=workers_per_rank,
                          batch_size=batch_size)
         order = self._planner.worker_order(plan, worker, drop_last)
-        node = await self.node(worker, workers_per_rank, role="worker")
+        node = (await self.node(worker, workers_per_rank, role="worker") if joined
+                else self.session.client(worker, workers_per_rank, role="worker"))
         async with self.session.reader(node, order, self.config.resolved_predownload(batch_size), self._steps(),
                                        batch_transform, window=batch_size or self.config.batch_size or 1,
                                        skipped=skipped) as reader:
@@ -368,15 +335,6 @@ class StreamingDataset(RandomAccess):
     def __repr__(self) -> str:
         where = ", ".join(s.remote or s.local_dir for s in self.config.streams)
         return f"<StreamingDataset {where}: {self.size} samples, {len(self.config.streams)} stream(s)>"
-
-
-async def _on_portal(coro: Coroutine[Any, Any, None]) -> None:
-    """Run ``coro`` on the process's loop thread, from any loop (that one included)."""
-    thread = portal()
-    if asyncio.get_running_loop() is thread.loop:
-        await coro
-    else:
-        await asyncio.wrap_future(thread.submit(coro))
 
 
 async def _load_indexes(streams: Sequence[Stream], unbounded: bool) -> list[Index]:

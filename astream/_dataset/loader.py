@@ -31,10 +31,8 @@ from astream._dataset.loader_config import BatchTransform, Collate, LoaderConfig
 from astream._dataset.observe.metrics import register as register_metrics
 from astream._dataset.observe.prometheus import enable_from_env as enable_prometheus_from_env
 from astream._dataset.observe.stats import Stats
-from astream._dataset.observe.timings import STAGES
-from astream._dataset.read.samples import apply_batch_transform
+from astream._dataset.planner import ReaderShape
 from astream._dataset.runtime import portal
-from astream._dataset.start.early import EarlyBatch, EarlyFirst, ServedFirst, check_began
 from astream._dataset.workers.autowatch import CostWatch
 from astream._dataset.workers.autoworkers import WorkerChoice
 from astream._dataset.workers.crew import Crew
@@ -137,8 +135,8 @@ class Loader:
             # with the collection of their objects.
             weakref.finalize(self, self._crew.close)
         # The first batches of this loader's readers start downloading now, while the
-        # caller builds its model (a hint: see astream._dataset.start.warmup).
-        dataset.warm_up(config.readers, config.batch_size, config.drop_last)
+        # caller builds its model (a hint: see astream._dataset.start.prelude).
+        self._prelude = dataset.prelude(ReaderShape(config.readers, config.batch_size, config.drop_last))
 
     # -- the configuration, as attributes (read-only: the config is frozen) ------------------
 
@@ -208,64 +206,53 @@ class Loader:
         self._handed.samples = value
 
     @asynccontextmanager
-    async def _open_epoch(self, count: bool = True,
-                          served: ServedFirst | None = None) -> AsyncIterator[AsyncIterator[Any]]:
-        """The epoch's batches; ``served``: its first was handed out already (see _early_first)."""
+    async def _open_epoch(self, count: bool = True) -> AsyncIterator[AsyncIterator[Any]]:
+        """The epoch's batches: where the start-up prelude has a loaded position's batch 0 ready,
+        the reader reads it before the node is joined (start/prelude.py), else after the join."""
         if self._prestart is not None:
             self._prestart.cancel()  # iterating already: the first batch goes first
         self._choose_workers()  # before the epoch begins: the count is the epoch's
-        ds = self.dataset
-        node = await ds.node()
-        config = self.config
-        epoch, offset = await ds.begin_epoch(node, readers_per_rank=config.readers)
-        if served is None:
-            self.num_samples_yielded = 0
-        else:
-            check_began(served, epoch, offset)
-        if self.progress:
-            self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
-        skipped = bad.epoch_skips(self._book, offset, lambda: config.batch_size * len(self.batch_ids(epoch)))
-        if config.num_workers == 0:
-            async with open_reader(ds, epoch, offset, 0, config, skipped) as reader:
-                batches = reader.batches(config.collate_fn, served_first=None if served is None else served.served)
-                yield self._handed.counted(batches) if count else batches
-            return
-        assert served is None  # (taken only without workers)
-        job = EpochJob(ds, epoch, offset, config, skipped)
-        plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=config.num_workers,
-                       batch_size=config.batch_size)
-        schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=config.drop_last))
-        async with WorkerPool(job, config.num_workers, config.worker_mode, config.prefetch_batches,
-                              loop_factory=new_event_loop, schedule=schedule.tolist(),
-                              start=self._worker_start, crew=self._crew) as pool:
-            yield self._handed.counted(pool.batches()) if count else pool.batches()
-
-    @asynccontextmanager
-    async def _open_async(self) -> AsyncIterator[AsyncIterator[Any]]:
-        """``async for``'s batches: a resume's first taken early where that applies (as
-        ``for`` does), the iteration starting once it is handed out."""
-        first = self._early_first()
-        early = None if first is None else await first.atake()
-        if early is None:
-            async with self._open_epoch() as batches:
-                yield batches
-            return
+        ds, config, prelude = self.dataset, self.config, self._prelude
         self.num_samples_yielded = 0
-        yield self._after_early(early)
+        first = None if prelude is None else await prelude.first_position(
+            ReaderShape(config.readers, config.batch_size, config.drop_last), config.collate_fn)
+        try:
+            if first is None:
+                epoch, offset = await self._join()
+            else:
+                ds.session.client()  # this loop's, a party of the epoch's barrier: joined after batch 0
+                epoch, offset = first.epoch, first.offset
+            if self.progress:
+                self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))
+            skipped = bad.epoch_skips(self._book, offset, lambda: config.batch_size * len(self.batch_ids(epoch)))
+            if config.num_workers == 0:
+                async with open_reader(ds, epoch, offset, 0, config, skipped, joined=first is None) as reader:
+                    batches = reader.batches(config.collate_fn)
+                    if first is not None:
+                        assert prelude is not None
+                        batches = prelude.first_batch(first, batches, self._join)
+                    yield self._handed.counted(batches) if count else batches
+                return
+            job = EpochJob(ds, epoch, offset, config, skipped)
+            plan = ds.plan(epoch=epoch, sample_in_epoch=offset, workers_per_rank=config.num_workers,
+                           batch_size=config.batch_size)
+            schedule = round_robin(batch_counts(plan, ds.world.node, ds.world.local_rank, drop_last=config.drop_last))
+            async with WorkerPool(job, config.num_workers, config.worker_mode, config.prefetch_batches,
+                                  loop_factory=new_event_loop, schedule=schedule.tolist(),
+                                  start=self._worker_start, crew=self._crew) as pool:
+                yield self._handed.counted(pool.batches()) if count else pool.batches()
+        finally:
+            if first is not None:
+                first.release()  # (batch 0 released it already, unless it was never read)
 
-    async def _after_early(self, early: EarlyBatch) -> AsyncIterator[Any]:
-        # Closed by the ManagedAsyncIterator that iterates it (its iteration's context with it).
-        batch, _ = self._handed_early(early, time.perf_counter(), time.perf_counter())
-        served = early.served
-        del early
-        yield batch
-        async with self._open_epoch(served=served) as rest:
-            async for batch in rest:
-                yield batch
+    async def _join(self) -> tuple[int, int]:
+        """Join the node and begin the epoch with its ranks: (epoch, offset)."""
+        ds = self.dataset
+        return await ds.begin_epoch(await ds.node(), readers_per_rank=self.config.readers)
 
     def __aiter__(self) -> ManagedAsyncIterator[Any]:
         """``async for batch in loader``: this rank's batches of the next epoch."""
-        iteration: ManagedAsyncIterator[Any] = ManagedAsyncIterator(self._open_async())
+        iteration: ManagedAsyncIterator[Any] = ManagedAsyncIterator(self._open_epoch())
         self._open_async_iterations.add(iteration)
         return iteration
 
@@ -273,18 +260,10 @@ class Loader:
         """``for batch in loader``: the same batches, through astream's loop thread."""
         # Counted here, as the caller receives each batch, not when the loop thread made it.
         self.num_samples_yielded = 0
-        last = asked = time.perf_counter()
-        first = self._early_first()
-        early = None if first is None else first.take()
-        served = None if early is None else early.served
-        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False, served=served),
-                               maxsize=self.prefetch_batches)
+        last = time.perf_counter()
+        batches = SyncIterator(portal(), lambda: self._open_epoch(count=False), maxsize=self.prefetch_batches)
         self._open_sync.add(batches)
         try:
-            if early is not None:
-                batch, last = self._handed_early(early, asked, last)
-                del early  # (the iteration holds what it needs of it)
-                yield batch
             while True:
                 asked = time.perf_counter()
                 try:
@@ -296,23 +275,6 @@ class Loader:
         finally:
             batches.close()
             self._handed.end()
-
-    def _early_first(self) -> EarlyFirst | None:
-        """A resume's first batch, to take from the row groups decoded at ``load_state_dict``
-        before the iteration joins the node (:mod:`astream._dataset.start.early`); None where that
-        does not apply: the iteration then reads it."""
-        self._choose_workers()  # (the count this iteration runs with)
-        if self.num_workers or self.collate_fn is not None:
-            return None
-        return self.dataset.early_first_batch(self.batch_size, self.drop_last)
-
-    def _handed_early(self, early: EarlyBatch, asked: float, last: float) -> tuple[Any, float]:
-        """The early batch as the caller receives it (its batch transform applied), counted."""
-        if self.progress:
-            self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(early.served.epoch, early.served.offset))
-        batch = early.batch if self.batch_transform is None else \
-            STAGES.call("transform", apply_batch_transform, self.batch_transform, early.batch)
-        return self._handed.take(batch, asked, last)
 
     async def astats(self) -> Stats:
         """The node's cache figures and this loader's (batches, samples, time its consumer waited)."""

@@ -9,7 +9,7 @@ from the resumable state dict. It holds no resources and pickles with the datase
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from typing import Any
+from typing import Any, Protocol
 
 from astream._dataset.config import DatasetConfig
 from astream._dataset.mixture import (
@@ -32,6 +32,15 @@ __all__ = ["RunState"]
 PlanAt = Callable[[int, int], EpochPlan]
 
 
+class PositionWatch(Protocol):
+    """Told when a loaded state moves the position (the start-up prelude, which reacts to it:
+    :mod:`astream._dataset.start.prelude`); ``load`` itself only sets the position."""
+
+    def moving(self) -> None: ...
+
+    def moved(self, state: EpochState | None) -> None: ...  # None: the load failed, nothing moved
+
+
 class RunState:
     """The run's position and run-wide sampling values, for one dataset."""
 
@@ -50,6 +59,7 @@ class RunState:
         self.epoch = 0
         self.offset = 0  # where the current epoch started (a resumed one starts further in)
         self._cache_checked = False
+        self.watch: PositionWatch | None = None  # (this process's: never pickled or copied)
 
     def first_cache_check(self) -> bool:
         """True the first time it is asked (the cache's thrashing warning is given once)."""
@@ -99,6 +109,7 @@ class RunState:
         # What a changed epoch's earlier segments delivered travels to the loader's workers
         # as bits (they would otherwise each replay those segments' shuffles).
         state = dict(self.__dict__)
+        state.pop("watch", None)
         if self._history_plan is not None:
             mixtures, token, seen = self._history_plan
             state["_history_plan"] = (mixtures, token, pack_seen(seen))
@@ -107,6 +118,7 @@ class RunState:
     def __setstate__(self, state: dict[str, Any]) -> None:
         packed = state.get("_history_plan")
         self.__dict__.update(state)
+        self.watch = None
         if packed is not None:
             mixtures, token, bits = packed
             self._history_plan = (mixtures, token, unpack_seen(bits))
@@ -129,11 +141,26 @@ class RunState:
 
         ``plan_at`` plans an epoch under the values in force: the state's are tried, and
         the previous ones restored if it does not fit.
+        It sets the position and nothing else; the :attr:`watch`, if any, is told before and
+        after (the start-up prelude reacts: it holds the node's start while the state is
+        checked, then prefetches and decodes what the position reads first).
 
         Raises:
             StateError: missing keys, wrong types, another dataset, a position past the
                 epoch, or a world the state cannot be resumed on.
         """
+        watch = self.watch
+        if watch is not None:
+            watch.moving()
+        moved = None
+        try:
+            self._load(obj, plan_at)
+            moved = self.resume
+        finally:
+            if watch is not None:
+                watch.moved(moved)
+
+    def _load(self, obj: Any, plan_at: PlanAt) -> None:
         state = EpochState.from_dict(obj)
         history = self._history_after(state, obj)
         saved = (self.ncn, self.seed, self.initial_physical_nodes, self.history, self.history_epoch)

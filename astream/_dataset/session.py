@@ -84,9 +84,8 @@ class NodeSession:
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
-            client = self.new_client(worker, workers_per_rank, role=role)
             # Registered before it connects, so concurrent callers share one client.
-            self._clients[loop] = client
+            client = self.client(worker, workers_per_rank, role=role)
             try:
                 await client.aconnect()
             except BaseException:
@@ -94,6 +93,15 @@ class NodeSession:
                     del self._clients[loop]
                 await client.aclose()
                 raise
+        return client
+
+    def client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
+        """This process's client for the running loop as it is: made and registered if there is
+        none, not joined (it joins at its first call; :meth:`node` joins it at once)."""
+        loop = asyncio.get_running_loop()
+        client = self._clients.get(loop)
+        if client is None:
+            client = self._clients[loop] = self.new_client(worker, workers_per_rank, role=role)
         return client
 
     def new_client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:

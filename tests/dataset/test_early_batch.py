@@ -1,9 +1,9 @@
-"""A resume's first batch before the node agent answers (``astream._dataset.start.early``).
+"""A resume's first batch before the node agent answers (``astream._dataset.start.prelude``).
 
 ``Loader(); load_state_dict(); next()`` over a local folder of Parquet files: the first
-batch comes from the row groups decoded at ``load_state_dict``, in the iterating thread,
-while the node agent's start waits for that decode; the iteration then skips it and checks
-it. Every test compares the rows with pyarrow's own read of the same files, and the batches
+batch is batch 0 of the iteration's reader, read from the row groups decoded at
+``load_state_dict`` before the node is joined, while the node agent's start waits for that
+decode; the reader checks it like every record it serves before an install. Every test compares the rows with pyarrow's own read of the same files, and the batches
 after the first with an iteration that never took an early batch.
 """
 
@@ -13,7 +13,7 @@ import asyncio
 import shutil
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -27,7 +27,8 @@ from astream._coord.agent import Agent
 from astream._coord.config import CoordConfig
 from astream._coord.world import World
 from astream._dataset import tuning
-from astream._dataset.start import early as early_module
+from astream._dataset.handed import batch_length
+from astream._dataset.start import prelude as prelude_module
 from astream.cli import main as cli
 from astream.errors import ServedSamplesError, StateError
 from astream.testing import Fault, LoopbackServer, moto_s3
@@ -52,17 +53,20 @@ def _ids(batch: dict[str, Any], truth: dict[int, dict[str, Any]]) -> list[int]:
 
 
 def _taken_early(monkeypatch: pytest.MonkeyPatch) -> list[int]:
-    """Records the size of each first batch taken early."""
+    """Records the size of each first batch taken early (batch 0 of the reader, before the join)."""
     taken: list[int] = []
-    real = early_module.EarlyFirst._taken
+    real = prelude_module.Prelude.first_batch
 
-    def spy(self: early_module.EarlyFirst) -> Any:
-        got = real(self)
-        if got is not None:
-            taken.append(len(got.batch["id"]))
-        return got
+    async def spy(self: prelude_module.Prelude, first: prelude_module.FirstAt, batches: AsyncIterator[Any],
+                  join: Callable[[], Awaitable[tuple[int, int]]]) -> AsyncIterator[Any]:
+        n = 0
+        async for batch in real(self, first, batches, join):
+            if not n:
+                taken.append(batch_length(batch))
+            n += 1
+            yield batch
 
-    monkeypatch.setattr(early_module.EarlyFirst, "_taken", spy)
+    monkeypatch.setattr(prelude_module.Prelude, "first_batch", spy)
     return taken
 
 

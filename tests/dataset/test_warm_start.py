@@ -213,9 +213,9 @@ def test_an_unread_dataset_stops_it(root: Path, server: LoopbackServer, tmp_path
 def test_copies_have_none(root: Path, server: LoopbackServer, tmp_path: Path) -> None:
     ds = _dataset(server, tmp_path, "warm-copy")
     Loader(ds)
-    assert ds._warm is not None
+    assert ds._prelude is not None
     clone = pickle.loads(pickle.dumps(ds))  # what a loader's worker process gets
-    assert clone._warm is None
+    assert clone._prelude is None
     assert int(clone[3]["id"]) == 3
     clone.close()
     ds.close()
@@ -226,8 +226,8 @@ def test_nothing_to_download_or_a_bounded_cache_has_none(root: Path, server: Loo
     bounded = StreamingDataset(remote=server.url, local=str(tmp_path / "c"), batch_size=BATCH, cache_limit="1mb")
     Loader(local)
     Loader(bounded)
-    assert local._warm is None
-    assert bounded._warm is None
+    assert local._prelude is None
+    assert bounded._prelude is None
     assert not _fetched(server)
     local.close()
     bounded.close()
