@@ -45,6 +45,7 @@ from astream._dataset.run import RunState
 from astream._dataset.runtime import portal
 from astream._dataset.session import NodeSession, main_member
 from astream._dataset.start.prelude import Prelude
+from astream._dataset.start.preopen import preopen
 from astream._dataset.stream import Stream
 from astream._dataset.torch_idiom import check_len_caller, check_torch_iteration, register_with_torch
 from astream._format.index import Index
@@ -174,9 +175,11 @@ class StreamingDataset(RandomAccess):
         prelude = self.__dict__.get("_prelude")
         if prelude is None:
             # Nothing in it refers to the dataset, which its finalizer must not keep alive.
+            smap, shards = self.sample_map, self.session.shards
             prelude = self._prelude = Prelude(
-                portal(), functools.partial(self.session.new_client, role="warm"), self._planner, self.run,
-                self.sample_map, cfg, self.session.shards, per_sample=self._steps() is not None)
+                portal(), functools.partial(self.session.new_client, role="warm"), self._planner, self.run, smap,
+                shards, lambda keys: preopen(keys, smap, cfg.streams, shards),
+                per_sample=self._steps() is not None or cfg.bad_samples.skips)  # (skip: every batch through the reader's stand-ins)
             self.run.watch = prelude  # (it reacts to a loaded state's position)
             weakref.finalize(self, prelude.stop_soon).atexit = False  # (at exit the loop thread's close ends it)
         prelude.start(shape)

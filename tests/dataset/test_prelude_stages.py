@@ -3,14 +3,18 @@
 No loader, no node agent, no server: each test walks :class:`StartBook` through named
 transitions and checks what the prelude's shell would do at each step (plan or not,
 prefetch what, withdraw what, hand what over, hold or let a start join); the last ones run
-the shell itself (``start/prelude.py``) on the loop thread with a fake client and planner.
+the shell itself (``start/prelude.py``) with a fake client, planner and decodings: the warm
+start, a loaded position, the hand-over, the holds, and batch 0 before the join.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from concurrent.futures import Future
 
+import numpy as np
 import pytest
 
 from astream._dataset.planner import ReaderShape
@@ -19,6 +23,7 @@ from astream._dataset.runtime import portal
 from astream._dataset.start import prelude as prelude_module
 from astream._dataset.start.stages import Prefetch, Stage, StartBook
 from astream._dataset.state import EpochState
+from astream.errors import StateError
 
 EPOCH_START = ["0/0", "0/1"]  # the next epoch's first shards
 RESUME = ["0/7"]  # a loaded position's first shard
@@ -180,20 +185,20 @@ class _Planner:
         self.ordered.append((epoch, sample_in_epoch))
 
 
-def _prelude(log: list[object]) -> tuple[prelude_module.Prelude, _Planner, RunState]:
+def _prelude(log: list[object]) -> tuple[prelude_module.Prelude, _Planner, RunState, list[list[str]]]:
     from types import SimpleNamespace
 
     planner = _Planner()
     run = SimpleNamespace(resume=None)
-    # One MDS stream of 40 shards: nothing for preopen to decode (it is Parquet's).
-    shard = SimpleNamespace(source=None)
-    smap = SimpleNamespace(indexes=[SimpleNamespace(shards=[shard] * 40)], layouts=[None] * 40)
-    config = SimpleNamespace(batch_size=4, streams=(SimpleNamespace(remote="http://x"),),
-                             bad_samples=SimpleNamespace(skips=False))
-    shards = SimpleNamespace(withdraw_offers=lambda: None)
-    prelude = prelude_module.Prelude(portal(), lambda: _Client(log), planner, run, smap, config,  # type: ignore[arg-type]
-                                     shards, per_sample=False)  # type: ignore[arg-type]
-    return prelude, planner, run  # type: ignore[return-value]
+    read_ahead: list[list[str]] = []  # what the read-ahead was asked for (it decodes nothing here)
+
+    def decode(keys: list[str]) -> list[object]:
+        read_ahead.append(keys)
+        return []
+
+    prelude = prelude_module.Prelude(portal(), lambda: _Client(log), planner, run, None, None,  # type: ignore[arg-type]
+                                     decode, per_sample=False)  # type: ignore[arg-type]
+    return prelude, planner, run, read_ahead  # type: ignore[return-value]
 
 
 def _settled(prelude: prelude_module.Prelude) -> None:
@@ -209,7 +214,7 @@ def _settled(prelude: prelude_module.Prelude) -> None:
 
 def test_the_shell_warms_then_moves_then_hands_over_then_stops() -> None:
     log: list[object] = []
-    prelude, planner, run = _prelude(log)
+    prelude, planner, run, read_ahead = _prelude(log)
     prelude.start(ReaderShape(1, 4, False))  # IDLE -> WARMING: join, the node's epoch, its first shards
     _settled(prelude)
     assert log == ["join", "epoch", ("prefetch", ("0/30",), True)]
@@ -221,6 +226,7 @@ def test_the_shell_warms_then_moves_then_hands_over_then_stops() -> None:
     _settled(prelude)
     assert prelude.book.stage is Stage.RESUMING
     assert log == [("withdraw", ("0/30",)), ("prefetch", ("0/15",), True)]
+    assert read_ahead == [["0/15"]]  # the read-ahead trigger
     assert planner.ordered == [(1, 5)]  # nothing decoded: the reader's order now
     assert prelude.book.holds == 0
     log.clear()
@@ -236,7 +242,7 @@ def test_the_shell_warms_then_moves_then_hands_over_then_stops() -> None:
 
 def test_the_shell_joins_only_once_the_holds_are_released() -> None:
     log: list[object] = []
-    prelude, _, _ = _prelude(log)
+    prelude, _, _, _ = _prelude(log)
     prelude.hold()
     prelude.start(ReaderShape(1, 4, False))
     time.sleep(0.2)  # (hold_s is 2 s: the start waits)
@@ -249,7 +255,7 @@ def test_the_shell_joins_only_once_the_holds_are_released() -> None:
 
 def test_a_failed_load_moves_nothing_and_releases_its_hold() -> None:
     log: list[object] = []
-    prelude, planner, _ = _prelude(log)
+    prelude, planner, _, read_ahead = _prelude(log)
     prelude.start(ReaderShape(1, 4, False))
     _settled(prelude)
     log.clear()
@@ -259,5 +265,72 @@ def test_a_failed_load_moves_nothing_and_releases_its_hold() -> None:
     assert prelude.book.stage is Stage.WARMING
     assert prelude.book.holds == 0
     assert log == []
+    assert read_ahead == []
     assert planner.ordered == []
     portal().call(prelude.astop())
+
+
+def _resumed_prelude(decoded: Future[object] | None) -> prelude_module.Prelude:
+    """A prelude whose loaded position (epoch 0, sample 20) reads batch 0 from shard 3 alone."""
+    from types import SimpleNamespace
+
+    planner = SimpleNamespace(first_ids=lambda shape, epoch, sample: [np.arange(sample, sample + shape.batch_size)])
+    smap = SimpleNamespace(locate=lambda ids: (np.full(len(ids), 3), np.arange(len(ids))))
+    shards = SimpleNamespace(offered=lambda shard: decoded if shard == 3 else None)
+    run = SimpleNamespace(resume=EpochState(0, 20, 1, 9176, 1))
+    return prelude_module.Prelude(portal(), lambda: _Client([]), planner, run, smap, shards,  # type: ignore[arg-type]
+                                  lambda keys: [], per_sample=False)
+
+
+def test_batch_0_is_read_before_the_join_which_must_begin_there() -> None:
+    done: Future[object] = Future()
+    done.set_result(("reader", 7))
+    prelude = _resumed_prelude(done)
+    events: list[str] = []
+
+    async def batches() -> AsyncIterator[str]:
+        for k in range(3):
+            events.append(f"batch {k}")
+            yield f"b{k}"
+
+    def join_at(began: tuple[int, int]) -> Callable[[], Awaitable[tuple[int, int]]]:
+        async def join() -> tuple[int, int]:
+            events.append("join")
+            return began
+        return join
+
+    async def run() -> None:
+        first = await prelude.first_position(ReaderShape(1, 4, False), None)
+        assert first is not None
+        assert (first.epoch, first.offset) == (0, 20)
+        assert prelude.book.holds == 1  # the node's start waits while batch 0 is read
+        got = [b async for b in prelude.first_batch(first, batches(), join_at((0, 20)))]
+        assert got == ["b0", "b1", "b2"]
+        assert events == ["batch 0", "join", "batch 1", "batch 2"]
+        assert prelude.book.holds == 0
+        events.clear()
+        first = await prelude.first_position(ReaderShape(1, 4, False), None)
+        assert first is not None
+        refused = prelude.first_batch(first, batches(), join_at((1, 0)))  # the node began epoch 1
+        assert await refused.__anext__() == "b0"  # handed out before the join, then refused
+        with pytest.raises(StateError, match="loaded different states"):
+            await refused.__anext__()
+        assert prelude.book.holds == 0
+        # Where batch 0 does not come before the join: workers, a collate_fn.
+        assert await prelude.first_position(ReaderShape(2, 4, False), None) is None
+        assert await prelude.first_position(ReaderShape(1, 4, False), list) is None
+        assert prelude.book.holds == 0
+
+    asyncio.run(run())
+
+
+def test_a_failed_or_missing_decoding_leaves_batch_0_to_the_iteration() -> None:
+    failed: Future[object] = Future()
+    failed.set_exception(OSError("read failed"))
+
+    async def run(prelude: prelude_module.Prelude) -> None:
+        assert await prelude.first_position(ReaderShape(1, 4, False), None) is None
+        assert prelude.book.holds == 0
+
+    asyncio.run(run(_resumed_prelude(failed)))
+    asyncio.run(run(_resumed_prelude(None)))

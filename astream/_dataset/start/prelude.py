@@ -65,20 +65,23 @@ from typing import Any
 
 from astream._coord.client import AsyncNodeClient
 from astream._dataset import tuning
-from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.planner import Planner, ReaderShape
 from astream._dataset.read.shards import OpenShards
 from astream._dataset.run import RunState
-from astream._dataset.start.preopen import preopen
 from astream._dataset.start.stages import Stage, StartBook
 from astream._dataset.state import EpochState
 from astream._storage.loop import LoopThread, within
 from astream.errors import StateError
 
-__all__ = ["FirstAt", "Prelude", "check_began"]
+__all__ = ["FirstAt", "Prelude", "ReadAhead", "check_began"]
 
 log = logging.getLogger("astream.dataset")
+
+# The read-ahead a loaded position triggers: the decodings of its first row groups, offered
+# to the process's open shards (:func:`~astream._dataset.start.preopen.preopen`), of the
+# shards (keys) read first there, in order; returns them, at once.
+ReadAhead = Callable[[list[str]], Sequence[Future[Any]]]
 
 
 def _open(gate: Future[None]) -> None:
@@ -107,19 +110,21 @@ class Prelude:
     Args:
         portal: the loop thread it runs on (the process's astream loop).
         client: makes its node client (called on that loop).
-        planner, run, smap, config, shards: the dataset's plans, run state, sample map,
-            configuration and this process's open shards (none refers to the dataset).
+        planner, run, smap, shards: the dataset's plans, run state and sample map, and this
+            process's open shards (none refers to the dataset).
+        read_ahead: the read-ahead a loaded position triggers (its decodings).
         per_sample: the dataset reads each sample through its steps (a transform, a
-            subclass's ``__getitem__``): no batch 0 before the join.
+            subclass's ``__getitem__``), or skips bad samples: no batch 0 before the join.
     """
 
     def __init__(self, portal: LoopThread, client: Callable[[], AsyncNodeClient], planner: Planner, run: RunState,
-                 smap: SampleMap, config: DatasetConfig, shards: OpenShards, *, per_sample: bool) -> None:
+                 smap: SampleMap, shards: OpenShards, read_ahead: ReadAhead, *, per_sample: bool) -> None:
         self.book = StartBook()
-        self.shape = ReaderShape(1, config.batch_size or 1, False)
+        self.shape = ReaderShape(1, 1, False)
         self._portal = portal
         self._make_client = client
-        self._planner, self._run, self._smap, self._config, self._shards = planner, run, smap, config, shards
+        self._planner, self._run, self._smap, self._shards = planner, run, smap, shards
+        self._read_ahead = read_ahead
         self._per_sample = per_sample
         self._pid = os.getpid()
         self._client: AsyncNodeClient | None = None
@@ -155,7 +160,7 @@ class Prelude:
             keys = self._planner.first_keys(self.shape, state.epoch, state.sample_in_epoch)
             # The decode first: the redirect wakes the loop thread, whose work would delay this
             # thread's start.
-            decoding = preopen(keys, self._smap, self._config.streams, self._shards)
+            decoding = list(self._read_ahead(keys))
             self._redirect(keys, after=decoding)
         finally:
             self.release()
@@ -189,8 +194,7 @@ class Prelude:
         before the join, once every row group it reads is decoded, held; None where that does
         not apply (see the module's docstring), or a decoding failed."""
         resume = self._run.resume
-        if (resume is None or shape.readers != 1 or collate is not None or self._per_sample
-                or self._config.bad_samples.skips):
+        if resume is None or shape.readers != 1 or collate is not None or self._per_sample:
             return None
         ids = self._planner.first_ids(shape, resume.epoch, resume.sample_in_epoch)[0]
         offers = [self._shards.offered(shard) for shard in dict.fromkeys(self._smap.locate(ids)[0].tolist())]
@@ -198,12 +202,13 @@ class Prelude:
             return None
         self.hold()
         first = FirstAt(resume.epoch, resume.sample_in_epoch, self.release)
+        decodings = [asyncio.wrap_future(f) for f in offers if f is not None]
         try:
-            await asyncio.wait([asyncio.wrap_future(f) for f in offers if f is not None])
+            await asyncio.wait(decodings)
         except BaseException:
             first.release()
             raise
-        if any(f is None or f.cancelled() or f.exception() is not None for f in offers):
+        if any(d.cancelled() or d.exception() is not None for d in decodings):
             first.release()  # (a hint: the iteration reads the installed file, with its errors)
             return None
         return first
@@ -214,15 +219,15 @@ class Prelude:
         ``join`` (the epoch's barrier: it must begin ``first``), then the rest."""
         it = batches.__aiter__()
         try:
-            batch = await it.__anext__()
+            batch, more = await it.__anext__(), True
         except StopAsyncIteration:
-            batch = None
+            batch, more = None, False
         finally:
             first.release()
-        if batch is not None:
+        if more:
             yield batch
         check_began(first, *await join())
-        if batch is not None:
+        if more:
             async for batch in it:
                 yield batch
 
