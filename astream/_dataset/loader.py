@@ -220,7 +220,7 @@ class Loader:
             if first is None:
                 epoch, offset = await self._join()
             else:
-                ds.session.client()  # this loop's, a party of the epoch's barrier: joined after batch 0
+                ds.session.client(until=first.read)  # this loop's (the barrier's party): it joins after batch 0
                 epoch, offset = first.epoch, first.offset
             if self.progress:
                 self._handed.epoch_samples = sum(len(b) for b in self.batch_ids(epoch, offset))

@@ -12,6 +12,7 @@ import threading
 import weakref
 from collections import OrderedDict
 from collections.abc import Callable, Hashable
+from concurrent.futures import Future
 from typing import Any
 
 import numpy as np
@@ -24,6 +25,7 @@ from astream._dataset.read.peek import RemotePeek
 from astream._dataset.read.reader import EpochReader
 from astream._dataset.read.samples import SampleSteps
 from astream._dataset.read.shards import OpenShards
+from astream._dataset.start.held import HeldClient
 from astream._format.index import Index
 from astream._node.provider import shard_key, view_of
 from astream._sampling.order import WorkerBatches
@@ -95,16 +97,20 @@ class NodeSession:
                 raise
         return client
 
-    def client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
+    def client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main",
+               until: Future[None] | None = None) -> AsyncNodeClient:
         """This process's client for the running loop as it is: made and registered if there is
-        none, not joined (it joins at its first call; :meth:`node` joins it at once)."""
+        none, not joined (it joins at its first call; :meth:`node` joins it at once); ``until``:
+        its calls wait for it first (the prelude's batch 0: :mod:`astream._dataset.start.held`)."""
         loop = asyncio.get_running_loop()
         client = self._clients.get(loop)
         if client is None:
             client = self._clients[loop] = self.new_client(worker, workers_per_rank, role=role)
+        if until is not None and isinstance(client, HeldClient):
+            client.hold_until(until)
         return client
 
-    def new_client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> AsyncNodeClient:
+    def new_client(self, worker: int = 0, workers_per_rank: int = 1, *, role: str = "main") -> HeldClient:
         """A client of the node agent, not yet connected (``role``: ``"main"``, ``"worker"``,
         or ``"warm"``, the warm start's own: no party of any barrier)."""
         cfg = self._config
@@ -113,8 +119,8 @@ class NodeSession:
         factory = cfg.provider(self._indexes)
         if self._view is None:
             self._view = view_of(factory)
-        return AsyncNodeClient(cfg.streams[0].local_dir, factory, run_id=cfg.run_id,
-                               world=world, member=member, config=cfg.coord_config(), view=self._view)
+        return HeldClient(cfg.streams[0].local_dir, factory, run_id=cfg.run_id,
+                          world=world, member=member, config=cfg.coord_config(), view=self._view)
 
     async def aclose(self) -> None:
         """Leave the node for the running loop; idempotent."""

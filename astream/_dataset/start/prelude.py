@@ -27,10 +27,10 @@ drawn there); this module is its I/O shell. In order:
    it many times a millisecond.
 4. **Batch 0 before the join** (:meth:`Prelude.first_position`, :meth:`Prelude.first_batch`):
    where every row group of a loaded position's first batch was decoded, the iteration opens
-   its reader at that position on a client that has not joined, and the reader's batch 0 is
-   read from the decodings (its own early source, its own ledger), before the epoch's barrier
-   and before any answer of the node agent; the iteration joins after it, while the caller
-   trains on it. The node must begin that epoch and position, or the iteration raises
+   its reader at that position on a client that has not joined (its calls held until batch 0
+   is read: :mod:`astream._dataset.start.held`), and the reader's batch 0 is read from the
+   decodings (its own early source, its own ledger), before the epoch's barrier and before any
+   answer of the node agent; the iteration joins after it, while the caller trains on it. The node must begin that epoch and position, or the iteration raises
    :class:`~astream.errors.StateError` (ranks of a node that loaded different states). What the
    batch was read from is checked against the installed file as its lease resolves, like
    every record the reader serves before an install.
@@ -92,13 +92,16 @@ def _open(gate: Future[None]) -> None:
 @dataclass
 class FirstAt:
     """A loaded position whose batch 0 the iteration's reader reads before the join, held
-    (the node's start waits) until :meth:`release` (idempotent)."""
+    until :meth:`release` (idempotent): the prelude's start, and the iteration's own client
+    (``read``: done once batch 0 is read; see :mod:`astream._dataset.start.held`)."""
 
     epoch: int
     offset: int
     _release: Callable[[], None] | None = field(default=None, repr=False)
+    read: Future[None] = field(default_factory=Future, repr=False)
 
     def release(self) -> None:
+        _open(self.read)
         release, self._release = self._release, None
         if release is not None:
             release()
