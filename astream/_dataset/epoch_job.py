@@ -58,11 +58,13 @@ class EpochJob:
 def open_reader(
     ds: StreamingDataset, epoch: int, offset: int, worker: int, config: LoaderConfig,
     skipped: frozenset[int] = frozenset(),  # on_bad_sample="skip": the ids known to be bad
+    *, joined: bool = True,
 ) -> AbstractAsyncContextManager[EpochReader]:
-    """The reader of one of the loader's readers (a worker's, or the process's own)."""
+    """The reader of one of the loader's readers (a worker's, or the process's own;
+    ``joined=False``: on the loop's client as it is, which joins the node at its first call)."""
     return ds.open_epoch_reader(epoch, offset, worker=worker, workers_per_rank=config.readers,
                                 batch_size=config.batch_size, drop_last=config.drop_last,
-                                batch_transform=config.batch_transform, skipped=skipped)
+                                batch_transform=config.batch_transform, skipped=skipped, joined=joined)
 
 
 def pickled_for_workers(dataset: StreamingDataset, **functions: Any) -> bytes:

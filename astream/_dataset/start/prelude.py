@@ -74,14 +74,14 @@ from astream._dataset.state import EpochState
 from astream._storage.loop import LoopThread, within
 from astream.errors import StateError
 
-__all__ = ["FirstAt", "Prelude", "ReadAhead", "check_began"]
+__all__ = ["Decodings", "FirstAt", "Prelude", "check_began"]
 
 log = logging.getLogger("astream.dataset")
 
 # The read-ahead a loaded position triggers: the decodings of its first row groups, offered
 # to the process's open shards (:func:`~astream._dataset.start.preopen.preopen`), of the
 # shards (keys) read first there, in order; returns them, at once.
-ReadAhead = Callable[[list[str]], Sequence[Future[Any]]]
+Decodings = Callable[[list[str]], Sequence[Future[Any]]]
 
 
 def _open(gate: Future[None]) -> None:
@@ -121,7 +121,7 @@ class Prelude:
     """
 
     def __init__(self, portal: LoopThread, client: Callable[[], AsyncNodeClient], planner: Planner, run: RunState,
-                 smap: SampleMap, shards: OpenShards, read_ahead: ReadAhead, *, per_sample: bool) -> None:
+                 smap: SampleMap, shards: OpenShards, read_ahead: Decodings, *, per_sample: bool) -> None:
         self.book = StartBook()
         self.shape = ReaderShape(1, 1, False)
         self._portal = portal
