@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 
 from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
-from astream._cache.states import Entry, State
+from astream._cache.states import Entries, Entry, State
+from astream._format.columns import columns_of
 from astream._format.index import FileInfo, Index, ShardInfo, SourceRanges
 from astream.errors import CacheError
 
@@ -63,16 +64,16 @@ class ShardCache:
     keep_zip: bool = False
     local_only: bool = False
     pinned_at_once: int = 1
-    entries: list[Entry] = field(init=False)
+    entries: Entries = field(init=False)
     used: int = field(init=False, default=0)
     stale_markers: list[Marker] = field(init=False, default_factory=list)
     orphan_markers: list[Marker] = field(init=False, default_factory=list)
     _tick: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.entries = [Entry() for _ in self.index.shards]
+        self.entries = Entries(len(self.index.shards))
         if self.limit is not None and not self.local_only and self.index.shards:
-            largest = max(self.footprint(i) for i in range(len(self.index.shards)))
+            largest = int(columns_of(self.index).footprints(self.keep_zip or self.local_only).max())
             needed = largest * (self.pinned_at_once + 1)
             if self.limit < needed:
                 raise CacheError(
@@ -209,7 +210,7 @@ class ShardCache:
         candidates = [
             Candidate(i, e.size, e.last_used, pinned=e.pins > 0,
                       next_use=None if next_use is None else next_use(i), soon=soon is not None and soon(i))
-            for i, e in enumerate(self.entries)
+            for i, e in self.entries.touched()
             if e.state is State.READY
         ]
         victims = choose_victims(candidates, self.used, need, self.limit)
@@ -232,7 +233,7 @@ class ShardCache:
 
     @property
     def pinned(self) -> list[int]:
-        return [i for i, e in enumerate(self.entries) if e.pins > 0]
+        return [i for i, e in self.entries.touched() if e.pins > 0]
 
 
 def boot_time() -> float:

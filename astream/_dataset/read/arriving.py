@@ -52,7 +52,7 @@ import xxhash
 from astream._arrays import sorted_unique
 from astream._cache.install import find_temporary
 from astream._dataset import tuning
-from astream._dataset.layout import SampleMap
+from astream._dataset.layout import PerShard, SampleMap
 from astream._dataset.read.installed import pread as _pread
 from astream._dataset.read.ledger import FROM_SOURCE, Ident, Span
 from astream._dataset.read.peek import PeekedRecords, check_head, coalesce, small_shard
@@ -92,7 +92,7 @@ class ArrivingShards:
 
     def __init__(self, smap: SampleMap, paths: Sequence[str | None]) -> None:
         self._smap = smap
-        self._paths = list(paths)
+        self._paths = paths
         self._open: dict[int, _Open] = {}
         self._heads: dict[int, Int64Array] = {}
         # Per shard, the files records were served from (kept open until the shard is checked).
@@ -106,7 +106,7 @@ class ArrivingShards:
         self._blocks: dict[int, tuple[int, int, PeekedRecords]] = {}
 
     @staticmethod
-    def paths_of(smap: SampleMap, streams: Sequence[Any]) -> list[str | None] | None:
+    def paths_of(smap: SampleMap, streams: Sequence[Any]) -> Sequence[str | None] | None:
         """Per global shard, its raw file's cache path where early reads apply (else None),
         or None when no shard of the dataset can be read early.
 
@@ -114,16 +114,13 @@ class ArrivingShards:
             streams: the dataset's resolved streams (``remote``, ``split``, ``validate_hash``,
                 ``local_dir``).
         """
-        out: list[str | None] = []
-        for s, index in zip(streams, smap.indexes, strict=True):
-            usable = s.remote is not None and not s.validate_hash
-            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
-            for info in index.shards:
-                # MDS shards only: a text shard's records are located through its meta file,
-                # and Parquet row groups and tars are not record files at all.
-                mds = isinstance(smap.layouts[len(out)], RecordLayout)
-                out.append(os.path.join(folder, info.raw_data.basename) if usable and mds else None)
-        return out if any(p is not None for p in out) else None
+        folders = [os.path.join(s.local_dir, s.split) if s.split else s.local_dir for s in streams]
+        # MDS shards only: a text shard's records are located through its meta file, and
+        # Parquet row groups and tars are not record files at all.
+        out = PerShard(smap, [s.remote is not None and not s.validate_hash for s in streams],
+                       [isinstance(layout, RecordLayout) for layout in smap.layouts.distinct],
+                       lambda s, info: os.path.join(folders[s], info.raw_data.basename))
+        return out if out.any() else None
 
     def applies(self, shard: int) -> bool:
         return self._paths[shard] is not None

@@ -41,8 +41,9 @@ import xxhash
 
 from astream._arrays import sorted_unique
 from astream._dataset import tuning
-from astream._dataset.layout import SampleMap
+from astream._dataset.layout import PerShard, SampleMap
 from astream._dataset.read.ledger import Span
+from astream._format.index import ShardInfo
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
@@ -115,7 +116,7 @@ class RemotePeek:
         configs: Sequence[RemoteConfig] | None = None,
     ) -> None:
         self._smap = smap
-        self._sources = list(sources)
+        self._sources = sources
         self._configs = list(configs) if configs is not None else None
         self._heads: dict[int, Int64Array] = {}
         self._spent: dict[int, int] = {}
@@ -125,7 +126,7 @@ class RemotePeek:
     @staticmethod
     def sources_of(
         smap: SampleMap, streams: Sequence[Any], *, network: bool
-    ) -> list[tuple[str, str] | None] | None:
+    ) -> Sequence[tuple[str, str] | None] | None:
         """Per global shard, ``(remote URL, cache path)`` of its uncompressed file where a
         peek applies (else None), or None when no shard of the dataset can be peeked.
 
@@ -134,20 +135,19 @@ class RemotePeek:
                 ``local_dir``).
             network: whether remotes other than a local directory may be read.
         """
-        out: list[tuple[str, str] | None] = []
-        for s, index in zip(streams, smap.indexes, strict=True):
-            usable = (
-                s.remote is not None
-                and not s.validate_hash
-                and (network or scheme_of(s.remote) in ("", "file"))
-            )
-            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
-            for info in index.shards:
-                name = info.raw_data.basename
-                # Only MDS shards carry their records' byte ranges in a header of their own.
-                ok = usable and info.zip_data is None and info.format == "mds"
-                out.append((join_url(s.remote, s.split, name), os.path.join(folder, name)) if ok else None)
-        return out if any(x is not None for x in out) else None
+        folders = [os.path.join(s.local_dir, s.split) if s.split else s.local_dir for s in streams]
+        usable = [s.remote is not None and not s.validate_hash and (network or scheme_of(s.remote) in ("", "file"))
+                  for s in streams]
+
+        def source(s: int, info: ShardInfo) -> tuple[str, str]:
+            name = info.raw_data.basename
+            return join_url(streams[s].remote, streams[s].split, name), os.path.join(folders[s], name)
+
+        # Only MDS shards carry their records' byte ranges in a header of their own (a
+        # writer config says whether its shards are compressed: zip_data goes with it).
+        out = PerShard(smap, usable, [info.zip_data is None and info.format == "mds" for info in smap.layout_entries],
+                       source)
+        return out if out.any() else None
 
     def can(self, shard: int) -> bool:
         """Whether ``shard``'s records may be read from the remote now: it applies, it has not
