@@ -94,7 +94,7 @@ def write_binary_index(out: BinaryIO, shards: Iterable[ShardInfo], stamp: Mappin
     view = xxhash.xxh3_128()
     algos: set[str] | None = None
     n = 0
-    for n, info in enumerate(shards, 1):  # noqa: B007 (n: the count after the loop)
+    for n, info in enumerate(shards, 1):
         samples.append(info.samples)
         for k, key in enumerate(_FILES):
             f = getattr(info, key)
@@ -319,6 +319,7 @@ class BinaryIndex:
             IndexError: no such shard.
             IndexFormatError: the entry is malformed (a binary index astream did not write).
         """
+        i = int(i)  # (a NumPy integer would become the shard's index)
         if not 0 <= i < self.num_shards:
             raise IndexError(f"shard {i} of {self.num_shards}")
         t = self._template(int(self._cols["config"][i]))
@@ -378,6 +379,7 @@ class ShardTable(Sequence[ShardInfo]):
     def __getitem__(self, i: int | slice) -> ShardInfo | Sequence[ShardInfo]:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
+        i = int(i)
         if i < 0:
             i += len(self)
         got = self._recent.get(i)
