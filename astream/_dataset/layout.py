@@ -191,6 +191,11 @@ class PerShard(Sequence[T | None]):
         """Whether any shard has one."""
         return bool(self._ok.any())
 
+    def __eq__(self, other: object) -> bool:  # (as the list it replaces compared)
+        return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
     def __len__(self) -> int:
         return len(self._ok)
 

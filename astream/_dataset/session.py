@@ -11,7 +11,7 @@ import asyncio
 import threading
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Sequence
 from typing import Any
 
 import numpy as np
@@ -59,8 +59,8 @@ class NodeSession:
             weakref.WeakKeyDictionary()
         )
         self.shards = OpenShards(smap)
-        self._peek_sources: list[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
-        self._arriving_paths: list[str | None] | bool | None = False
+        self._peek_sources: Sequence[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
+        self._arriving_paths: Sequence[str | None] | bool | None = False
         self._plans: OrderedDict[Hashable, EpochPlan] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._view: str | None = None  # the dataset's identity at its node agent (see view_of)
@@ -120,7 +120,7 @@ class NodeSession:
             self._peek_sources = RemotePeek.sources_of(self._smap, list(self._config.streams),
                                                        network=self._network_peek)
         sources = self._peek_sources
-        if not isinstance(sources, list):
+        if sources is None or isinstance(sources, bool):
             return None
         return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
 
@@ -129,7 +129,7 @@ class NodeSession:
         if self._arriving_paths is False:
             self._arriving_paths = ArrivingShards.paths_of(self._smap, list(self._config.streams))
         paths = self._arriving_paths
-        return ArrivingShards(self._smap, paths) if isinstance(paths, list) else None
+        return None if paths is None or isinstance(paths, bool) else ArrivingShards(self._smap, paths)
 
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,

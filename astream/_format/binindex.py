@@ -35,116 +35,23 @@ import dataclasses
 import json
 import mmap
 import os
-import struct
-import sys
-from array import array
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from typing import Any, BinaryIO, overload
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 import xxhash
 from numpy.typing import NDArray
 
-from astream._format.columns import IndexColumns, identity_text, shard_identity, shard_view, stored_algos
+from astream._format.binindex_write import FILES, FORMAT_VERSION, MAGIC, PREFIX, write_binary_index
+from astream._format.columns import IndexColumns
 from astream._format.index import FileInfo, ShardInfo
 from astream._format.names import unsafe_name
 from astream.errors import IndexFormatError
 
 __all__ = ["FORMAT_VERSION", "MAGIC", "BinaryIndex", "ShardTable", "write_binary_index"]
 
-MAGIC = b"ASTRIDX\x00"
-FORMAT_VERSION = 2  # 2: sizes column-major; config_firsts, identity; the dataset's digests
-_FILES = ("raw_data", "zip_data", "raw_meta", "zip_meta")
-_PREFIX = struct.Struct("<8sII")
 _CHECK = 8  # the trailing xxh3-64
 _CHUNK = 1 << 24
-
-
-def _hashes_text(hashes: Mapping[str, str]) -> str:
-    return json.dumps(dict(hashes), separators=(",", ":")) if hashes else ""
-
-
-class _Blob:
-    """Strings appended as one UTF-8 blob and their end offsets (compact while it grows)."""
-
-    def __init__(self) -> None:
-        self.data = bytearray()
-        self.ends = array("q", [0])
-
-    def add(self, text: str) -> None:
-        self.data += text.encode("utf-8")
-        self.ends.append(len(self.data))
-
-
-def write_binary_index(out: BinaryIO, shards: Iterable[ShardInfo], stamp: Mapping[str, Any]) -> int:
-    """Write the columns of validated shards to ``out`` (a file open for writing), in one
-    pass over ``shards`` (a parser's stream: no list of them is kept).
-
-    Args:
-        shards: the index's shards as :class:`ShardInfo` (already validated), in order.
-        stamp: what identifies the ``index.json`` they come from (kept in the header).
-
-    Returns:
-        How many shards were written.
-    """
-    samples, sizes, config_ids, firsts = array("q"), [array("q") for _ in _FILES], array("q"), array("q")
-    names, hashes, conf = _Blob(), _Blob(), _Blob()
-    configs: dict[str, int] = {}
-    identity = bytearray(b"[")
-    view = xxhash.xxh3_128()
-    algos: set[str] | None = None
-    n = 0
-    for n, info in enumerate(shards, 1):
-        samples.append(info.samples)
-        for k, key in enumerate(_FILES):
-            f = getattr(info, key)
-            names.add("" if f is None else f.basename)
-            hashes.add("" if f is None else _hashes_text(f.hashes))
-            sizes[k].append(-1 if f is None else f.bytes)
-        obj = info.to_json()
-        rest = json.dumps({k: v for k, v in obj.items() if k not in (*_FILES, "samples")}, sort_keys=True)
-        got = configs.get(rest)
-        if got is None:
-            got = configs[rest] = len(configs)
-            conf.add(rest)
-            firsts.append(n - 1)
-        config_ids.append(got)
-        # What the dataset hashes of every shard, worked out here once for every process.
-        identity += (", " if n > 1 else "").encode() + identity_text([shard_identity(info)])[1:-1].encode()
-        view.update(shard_view(info))
-        have = stored_algos(info)
-        algos = have if algos is None else algos & have
-    identity += b"]"
-    columns: list[tuple[str, array[int] | bytes | bytearray]] = [
-        ("samples", samples), ("bytes", array("q", b"".join(c.tobytes() for c in sizes))), ("config", config_ids),
-        ("name_offsets", names.ends), ("names", names.data), ("hash_offsets", hashes.ends), ("hashes", hashes.data),
-        ("config_offsets", conf.ends), ("configs", conf.data), ("config_firsts", firsts), ("identity", identity),
-    ]
-    if sys.byteorder != "little":  # (array("q") is native; the file is little-endian)
-        for _, col in columns:
-            if isinstance(col, array):
-                col.byteswap()
-    table: dict[str, list[Any]] = {}
-    offset = 0
-    for name, col in columns:
-        raw = col.tobytes() if isinstance(col, array) else bytes(col)
-        table[name] = ["<i8" if isinstance(col, array) else "u1", offset, len(raw)]
-        offset += -(-len(raw) // 8) * 8
-    header = json.dumps({"num_shards": n, "stamp": dict(stamp), "columns": table, "view_digest": view.hexdigest(),
-                         "identity_xxh64": xxhash.xxh64_hexdigest(bytes(identity)),
-                         "algos": sorted(algos or ())}).encode()
-    header += b" " * (-(_PREFIX.size + len(header)) % 8)
-    digest = xxhash.xxh3_64()
-    for part in (_PREFIX.pack(MAGIC, FORMAT_VERSION, len(header)), header):
-        digest.update(part)
-        out.write(part)
-    for _, col in columns:
-        raw = col.tobytes() if isinstance(col, array) else bytes(col)
-        raw += b"\x00" * (-len(raw) % 8)
-        digest.update(raw)
-        out.write(raw)
-    out.write(digest.digest())
-    return n
 
 
 class BinaryIndex:
@@ -201,17 +108,17 @@ class BinaryIndex:
             raise IndexFormatError(f"{path}: cannot open the binary index of {source}: {exc}") from exc
         try:
             size = os.fstat(fd).st_size
-            head = os.pread(fd, _PREFIX.size, 0)
-            if len(head) < _PREFIX.size:
+            head = os.pread(fd, PREFIX.size, 0)
+            if len(head) < PREFIX.size:
                 raise bad(f"{size} bytes, too short to be one")
-            magic, version, header_len = _PREFIX.unpack(head)
+            magic, version, header_len = PREFIX.unpack(head)
             if magic != MAGIC:
                 raise bad("not an astream binary index (wrong magic)")
             if version != FORMAT_VERSION:
                 raise bad(f"format version {version}, this astream reads {FORMAT_VERSION}")
             try:
-                header = json.loads(os.pread(fd, header_len, _PREFIX.size))
-                start = _PREFIX.size + header_len
+                header = json.loads(os.pread(fd, header_len, PREFIX.size))
+                start = PREFIX.size + header_len
                 body = max(int(o) + -(-int(n) // 8) * 8 for _, o, n in header["columns"].values())
             except (ValueError, KeyError, TypeError) as exc:
                 raise bad(f"unreadable header ({exc})") from exc
@@ -277,7 +184,7 @@ class BinaryIndex:
         conf = int(self._cols["config"][i])
         obj: dict[str, Any] = json.loads(self._string("config_offsets", "configs", conf))
         obj["samples"] = int(self.samples[i])
-        for k, key in enumerate(_FILES):
+        for k, key in enumerate(FILES):
             size = int(self._bytes[k, i])
             if size < 0:
                 if key in ("raw_data", "zip_data") or obj.get("format") not in ("mds", "webdataset", "parquet"):
@@ -365,6 +272,14 @@ class ShardTable(Sequence[ShardInfo]):
     def __iter__(self) -> Iterator[ShardInfo]:
         # (a walk over every shard: made and let go, not kept among the recent ones)
         return (self.binary.shard(i) for i in range(len(self)))
+
+    def __eq__(self, other: object) -> bool:  # (as the tuple of shards it stands for compares)
+        if isinstance(other, ShardTable) and other.binary.checksum == self.binary.checksum:
+            return True
+        return isinstance(other, Sequence) and len(other) == len(self) and all(
+            a == b for a, b in zip(self, other, strict=True))
+
+    __hash__ = None  # type: ignore[assignment]
 
     def __reduce__(self) -> tuple[Any, ...]:
         # Pickled (to the node agent's process, a loader's workers) as where the file is:
