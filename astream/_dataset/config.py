@@ -222,7 +222,7 @@ class DatasetConfig:
             key = base = f"{cols.identity_xxh64}@{place}"  # (stream_key of its shards' identities)
             while key in streams:  # the same stream twice: each occurrence its own
                 key = f"{base}#{len(streams)}"
-            streams[key] = StreamEntry(key, place, tuple(cols.samples.tolist()),
+            streams[key] = StreamEntry(key, place, cols.samples,
                                        name=f"{where}{'/' + s.split if s.split else ''}")
             kind = next((w for w in WEIGHTS if getattr(s, w) is not None), None)
             weights.append((kind, None if kind is None else getattr(s, kind)))
