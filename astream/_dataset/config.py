@@ -27,7 +27,6 @@ from astream._dataset.mixture import (
     StreamEntry,
     place_digest,
     plan_changed,
-    stream_key,
 )
 from astream._dataset.quarantine import RAISE, BadSamplePolicy, Quarantine
 from astream._dataset.state import fingerprint_of

@@ -203,7 +203,7 @@ class PerShard(Sequence[T | None]):
     def __getitem__(self, i: int) -> T | None: ...
     @overload
     def __getitem__(self, i: slice) -> Sequence[T | None]: ...
-    def __getitem__(self, i: int | slice) -> T | None | Sequence[T | None]:
+    def __getitem__(self, i: int | slice) -> T | Sequence[T | None] | None:
         if isinstance(i, slice):
             return [self[k] for k in range(*i.indices(len(self)))]
         if not self._ok[i]:

@@ -204,7 +204,7 @@ class BinaryIndex:
             got = self._templates[conf] = ShardInfo.from_json(self.entry(first), first, self.source)
         return got
 
-    def _file(self, i: int, k: int) -> FileInfo | None | bool:
+    def _file(self, i: int, k: int) -> FileInfo | bool | None:
         """File ``k`` of shard ``i`` (None: it has none; False: not what the validator passes)."""
         size = int(self._bytes[k, i])
         if size < 0:

@@ -34,8 +34,8 @@ import numpy.typing as npt
 import xxhash
 
 from astream._cache.engine import ShardEngine
-from astream._cache.index_file import node_index
 from astream._cache.eviction import NodePlan
+from astream._cache.index_file import node_index
 from astream._coord.provider import StageCallback
 from astream._format.columns import columns_of
 from astream._format.index import INDEX_NAME, Index
