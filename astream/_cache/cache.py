@@ -16,11 +16,13 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
+from astream._cache.durability import CTIME_SLACK, MARKER_PREFIX, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
+from astream._cache.origin import ORIGIN_NAME
+from astream._cache.plan_states import PLAN_FOLDER
 from astream._cache.states import Entries, Entry, State
 from astream._format.columns import columns_of
-from astream._format.index import FileInfo, Index, ShardInfo, SourceRanges
+from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo, SourceRanges
 from astream.errors import CacheError
 
 __all__ = ["Entry", "ShardCache", "State", "shard_files"]
@@ -124,7 +126,9 @@ class ShardCache:
         # Markers of this boot whose run is gone (crashed): their files are complete.
         self.orphan_markers = [m for m in markers if m not in self.stale_markers and not pid_alive(m.pid)]
         covered_from = min((m.ctime for m in self.stale_markers), default=None)
-        found = []
+        found: list[int] = []
+        if _holds_no_shard(self.root):
+            return found  # (a first start: no shard's name made, none stat'ed, at a million shards ~10 s)
         for i, shard in enumerate(self.index.shards):
             stats = [_stat_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
             if all(st is not None for st in stats):
@@ -234,6 +238,27 @@ class ShardCache:
     @property
     def pinned(self) -> list[int]:
         return [i for i, e in self.entries.touched() if e.pins > 0]
+
+
+# What astream itself keeps in a cache folder besides shards (and unsynced-run markers).
+_OWN = (INDEX_NAME, ORIGIN_NAME, PLAN_FOLDER)
+
+
+def _holds_no_shard(root: str) -> bool:
+    """Whether ``root`` holds nothing but what astream keeps there besides shards (the index,
+    its binary form, the origin record, markers, plan states): then no shard is on disk.
+    Anything else, a sub-folder or an unknown name, says maybe (the shards are scanned)."""
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                name = entry.name
+                if not (name in _OWN or name.startswith((MARKER_PREFIX, f".{INDEX_NAME}.astream-v"))):
+                    return False
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def boot_time() -> float:
