@@ -67,6 +67,7 @@ class BinaryIndex:
     def __init__(self, path: str, source: str, mapped: mmap.mmap, header: dict[str, Any], start: int,
                  checksum: str = "") -> None:
         self.path, self.source, self.checksum = path, source, checksum
+        self.ident = (-1, -1)  # the mapped file's device and inode
         self._map = mapped
         self.num_shards = int(header["num_shards"])
         self.stamp: dict[str, Any] = header["stamp"]
@@ -136,10 +137,13 @@ class BinaryIndex:
             if os.pread(fd, _CHECK, size - _CHECK) != digest.digest():
                 raise bad("its checksum does not match its bytes")
             mapped = mmap.mmap(fd, size, access=mmap.ACCESS_READ)
+            st = os.fstat(fd)
         finally:
             os.close(fd)
         try:
-            return cls(path, source, mapped, header, start, digest.hexdigest())
+            binary = cls(path, source, mapped, header, start, digest.hexdigest())
+            binary.ident = (st.st_dev, st.st_ino)
+            return binary
         except (ValueError, KeyError, TypeError) as exc:
             raise bad(f"columns that do not fit the file ({exc})") from exc
 
@@ -157,6 +161,9 @@ class BinaryIndex:
         start, length = self._spans[name]
         fd = os.open(self.path, os.O_RDONLY)
         try:
+            st = os.fstat(fd)
+            if (st.st_dev, st.st_ino) != self.ident:  # (the very file mapped, not one rebuilt since)
+                raise IndexFormatError(f"{self.path}: rebuilt while this process held the one before")
             done = 0
             while done < length:
                 chunk = os.pread(fd, min(_CHUNK, length - done), start + done)
