@@ -61,13 +61,11 @@ async def load_index(
     local_root = os.path.join(local, split) if split else local
     local_index = os.path.join(local_root, INDEX_NAME)
     loop = asyncio.get_running_loop()
-    in_place = True  # a dataset read in place: the user's folder, never written
     if remote is not None:
         remote_index = join_url(remote, split, INDEX_NAME)
         same = scheme_of(remote) in ("", "file") and await loop.run_in_executor(
             None, _same_file, local_path_of(remote_index), local_index
         )
-        in_place = same
         have_local = await loop.run_in_executor(None, os.path.exists, local_index)
         if not same and (download or not have_local):
             before = await loop.run_in_executor(None, _keep_before, local_index) if have_local else None
@@ -91,20 +89,21 @@ async def load_index(
                     before.drop()
             if fetched and before is not None:  # over the cache's copy: what changed is stale
                 return await loop.run_in_executor(None, _forget_changed, local_root, local_index, before)
-    return await loop.run_in_executor(None, node_index, local_index, in_place, None)
+    return await loop.run_in_executor(None, node_index, local_index, None)
 
 
-def node_index(local_index: str, in_place: bool, known_hash: str | None = None) -> Index:
-    """The index at ``local_index`` through the node's binary form (:mod:`astream._cache.node_index`):
-    beside it in a cache folder, in the user's private cache for a dataset read in place.
-    Where the binary form cannot be written (a read-only folder, no space), the JSON is
-    parsed here as it always was.
+def node_index(local_index: str, known_hash: str | None = None) -> Index:
+    """The index at ``local_index`` through the node's binary form (:mod:`astream._cache.node_index`),
+    kept in the user's private cache (``<cache base>/indexes``): never in the dataset's
+    folder (read in place, it is the user's data) nor in a cache folder (whose files are
+    the remote's and astream's few records). Where it cannot be written (no space, no such
+    folder), the JSON is parsed here as it always was.
 
     Raises:
         IndexFormatError: the index is missing or malformed.
     """
     try:
-        return attach_index(local_index, private_index_folder() if in_place else None, known_hash)
+        return attach_index(local_index, private_index_folder(), known_hash)
     except (OSError, ConfigError):
         return Index.load(local_index)
 
@@ -161,11 +160,11 @@ def _forget_changed(local_root: str, local_index: str, before: _Before) -> Index
     try:
         now = content_hash(local_index)
         if before.digest() == now:
-            return node_index(local_index, False, now)
+            return node_index(local_index, now)
         old_data = before.read()
     finally:
         before.drop()
-    index = node_index(local_index, False, now)
+    index = node_index(local_index, now)
     try:
         old = {} if old_data is None else {s.raw_data.basename: s
                                            for s in Index.from_bytes(old_data, local_index).shards}

@@ -1,9 +1,11 @@
 """The node's binary index: built once from ``index.json`` in the cache, mapped by every
 process (:mod:`astream._format.binindex` is the format).
 
-``<root>/index.json`` gets ``<root>/.index.json.astream-v2.bin`` beside it (a cache folder),
-or, for a dataset read in place (the user's folder, never written), a file named by a
-digest of the index's real path in a private folder (:func:`binary_path`). A process:
+``<root>/index.json`` gets a file named by a digest of its real path in a folder of the
+user's private cache (the dataset reads it so, :func:`~astream._cache.index_file.node_index`;
+the user's dataset folder and the cache folders are never written), or
+``<root>/.index.json.astream-v2.bin`` beside it where no folder is given (:func:`binary_path`).
+A process:
 
 1. stats ``index.json`` and opens the binary file (magic, version, length and checksum
    checked: :meth:`BinaryIndex.open`);
@@ -104,7 +106,8 @@ def _read(index_json: str) -> tuple[bytes, os.stat_result]:
 def _write_columns(index_json: str, out: BinaryIO) -> None:
     """Validate ``index_json`` shard by shard (as :meth:`Index.load`) into ``out``."""
     data, st = _read(index_json)
-    stamp: dict[str, Any] = {**_stamp(st), "xxh3": xxhash.xxh3_64_hexdigest(data)}
+    # (the real path: what a clean-up of the folder can check is still there)
+    stamp: dict[str, Any] = {**_stamp(st), "xxh3": xxhash.xxh3_64_hexdigest(data), "path": os.path.realpath(index_json)}
     try:
         text = data.decode("utf-8")
         del data  # (the text alone is held while the entries stream through)

@@ -183,7 +183,7 @@ class CacheProvider:
                 index = self._indexes[i]
             else:
                 root = os.path.join(spec.local, spec.split) if spec.split else spec.local
-                index = node_index(os.path.join(root, INDEX_NAME), spec.remote is None)
+                index = node_index(os.path.join(root, INDEX_NAME))
             options = StorageOptions(
                 timeouts=Timeouts(download=spec.download_timeout),
                 retry=RetryPolicy(retries=spec.download_retry),

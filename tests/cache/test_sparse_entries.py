@@ -28,7 +28,7 @@ def test_entries_are_made_when_touched() -> None:
 
 
 def test_a_folder_with_only_astreams_own_files_holds_no_shard(tmp_path: Path) -> None:
-    index = write_dataset(tmp_path / "ds", shards=4, samples=2, sample_size=100)
+    index = write_dataset(tmp_path / "ds", shards=4, samples=2)
     root = tmp_path / "cache"
     root.mkdir()
     shutil.copy(tmp_path / "ds" / "index.json", root / "index.json")
