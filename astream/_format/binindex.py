@@ -153,7 +153,8 @@ class BinaryIndex:
 
     def raw_bytes(self) -> NDArray[np.int64]:
         """Each shard's raw data size in bytes (mapped)."""
-        return self._bytes[0]
+        row: NDArray[np.int64] = self._bytes[0]
+        return row
 
     def chunks(self, name: str) -> Iterator[bytes]:
         """Column ``name``'s bytes, read through the file, not the map: a process that only

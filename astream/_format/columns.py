@@ -86,7 +86,8 @@ class IndexColumns:
     @property
     def raw_bytes(self) -> NDArray[np.int64]:
         """Each shard's uncompressed data file, in bytes."""
-        return self.sizes[0]
+        row: NDArray[np.int64] = self.sizes[0]
+        return row
 
     def footprints(self, keep_zip: bool) -> NDArray[np.int64]:
         """Bytes each shard takes in a cache once installed (its raw files, and with
