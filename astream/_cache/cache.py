@@ -129,11 +129,21 @@ class ShardCache:
         found: list[int] = []
         if _holds_no_shard(self.root):
             return found  # (a first start: no shard's name made, none stat'ed, at a million shards ~10 s)
-        for i, shard in enumerate(self.index.shards):
-            stats = [_stat_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
+        shards = self.index.shards
+        # A mapped index names each shard's files without making the shard (at a million
+        # shards in one agent, making each was most of its start).
+        raw_files = getattr(shards, "raw_files", None) or (lambda i: [
+            (f.raw.basename, f.raw.bytes, None if f.zip is None else f.zip.basename, -1 if f.zip is None else f.zip.bytes)
+            for f in shard_files(shards[i])])
+        for i in range(len(shards)):
+            files = raw_files(i)
+            stats = [_stat_if_size(self.path(name), size) for name, size, _, _ in files]
             if all(st is not None for st in stats):
                 entry = self.entries[i]
-                entry.found(self._disk_size(i), any(st is not None and st.st_mtime < boot for st in stats) or (
+                # (as _disk_size counts it: the raw files, and a compressed copy kept beside)
+                disk = sum(size + (zsize if zname is not None and _size_is(self.path(zname), zsize) else 0)
+                           for _, size, zname, zsize in files)
+                entry.found(disk, any(st is not None and st.st_mtime < boot for st in stats) or (
                     covered_from is not None
                     and any(st is not None and st.st_ctime >= covered_from - CTIME_SLACK for st in stats)
                 ))

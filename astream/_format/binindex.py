@@ -156,6 +156,21 @@ class BinaryIndex:
         row: NDArray[np.int64] = self._bytes[0]
         return row
 
+    def raw_files(self, i: int) -> list[tuple[str, int, str | None, int]]:
+        """Shard ``i``'s files, meta first, as ``(name, bytes, compressed name or None, its
+        bytes)`` (what a cache's scan stats), without making the shard."""
+        out = []
+        for k in (2, 0):
+            size = int(self._bytes[k, i])
+            if size >= 0:
+                name = self._string("name_offsets", "names", 4 * i + k)
+                zipped = int(self._bytes[k + 1, i])
+                zname = self._string("name_offsets", "names", 4 * i + k + 1) if zipped >= 0 else None
+                if any(unsafe_name(n, max_parts=2) is not None for n in (name, zname) if n is not None):
+                    raise self._bad(f"shard {i} names an unsafe file")
+                out.append((name, size, zname, zipped))
+        return out
+
     def chunks(self, name: str) -> Iterator[bytes]:
         """Column ``name``'s bytes, read through the file, not the map: a process that only
         hashes a column (the identity, once) keeps none of its pages."""
@@ -272,6 +287,10 @@ class ShardTable(Sequence[ShardInfo]):
     def samples(self) -> NDArray[np.int64]:
         """Samples per shard (the mapped column)."""
         return self.binary.samples
+
+    def raw_files(self, i: int) -> list[tuple[str, int, str | None, int]]:
+        """Shard ``i``'s files, no shard made (:meth:`BinaryIndex.raw_files`)."""
+        return self.binary.raw_files(i)
 
     def columns(self) -> IndexColumns:
         """The index's per-shard facts, from the map (see :func:`~astream._format.columns.columns_of`)."""
