@@ -369,3 +369,90 @@ def test_the_policy_decides_each_source_per_shard_once(data: Path, tmp_path: Pat
     turns.fail(ARRIVING, 0)
     assert not turns.applies(ARRIVING, 0)
     assert turns.applies(ARRIVING, 1)
+
+
+# -- the order in which a reader tries them (EarlyReads, over fakes) ------------------------
+
+
+class _Leases:
+    """One lease per shard (lease ``g`` holds shard ``g``), resolved by the test."""
+
+    def __init__(self, shard: np.ndarray) -> None:
+        self._shard = shard
+        n = int(shard.max()) + 1
+        self.ready = [asyncio.get_running_loop().create_future() for _ in range(n)]
+        self.book = SimpleNamespace(issued=n, shard=np.arange(n), start=np.array(
+            [int(np.flatnonzero(shard == g)[0]) for g in range(n)]))
+
+    def pending_in(self, a: int, b: int) -> dict[int, int]:
+        return {g: g for g in dict.fromkeys(self._shard[a:b].tolist()) if not self.ready[g].done()}
+
+    async def ready_until(self, b: int) -> None:
+        for g in dict.fromkeys(self._shard[:b].tolist()):
+            await self.ready[g]
+
+
+class _Source:
+    """An early source that serves at once and counts its attempts."""
+
+    def __init__(self, turns: Any, name: str) -> None:
+        self._turns, self._name = turns, name
+        self.attempts = 0
+
+    def attempt(self, want: dict[int, np.ndarray]) -> Any:
+        if not all(self._turns.applies(self._name, g) for g in want):
+            return None
+        self.attempts += 1
+        done = asyncio.get_running_loop().create_future()
+        done.set_result({g: _records(g, self._name) for g in want})
+        return done
+
+    def note(self, shard: int, records: Any) -> None:
+        pass
+
+
+def _records(shard: int, name: str) -> Any:
+    from astream._dataset.read.records import PeekedRecords
+
+    got = PeekedRecords(None, np.arange(1, dtype=np.int64), [(0, 8, shard)])  # type: ignore[arg-type]
+    got.source = None if name == RANGED else (1, shard)
+    return got
+
+
+def test_a_reader_reads_by_range_until_a_batch_comes_from_the_cache(data: Path, tmp_path: Path) -> None:
+    from astream._dataset.read.early_reads import EarlyReads
+    from astream._dataset.read.ledger import ServedLedger
+    from astream._dataset.read.sources import EarlySources
+
+    smap = _smap(data)
+    policy = _policy(data, tmp_path / "cache")
+    shard = np.repeat(np.arange(3, dtype=np.int64), 4)  # positions 0-3: shard 0, 4-7: 1, 8-11: 2
+
+    async def main() -> None:
+        turns = policy.turns(bounded=False, skips=False)
+        assert turns is not None
+        ranged, arriving = _Source(turns, RANGED), _Source(turns, ARRIVING)
+        arriving.attempt = lambda want: None  # type: ignore[method-assign]  # (nothing arrived yet)
+        owed: list[int] = []
+        checks = SimpleNamespace(ledger=ServedLedger(), owe=lambda lease, g, ready: owed.append(g))
+        leases = _Leases(shard)
+        early = EarlyReads(smap, shard, shard * 0, leases, checks, OpenShards(smap),  # type: ignore[arg-type]
+                           EarlySources(turns, ranged, arriving))  # type: ignore[arg-type]
+        got = await early.fetch(0, 4)  # shard 0 still downloading: by range
+        assert list(got) == [0]
+        assert checks.ledger.owes(0)
+        assert owed == [0]
+        leases.ready[0].set_result("/cache/0")
+        assert await early.fetch(0, 4) == {}  # from the cache: no more ranged reads
+        assert not turns.on(RANGED)
+        later = asyncio.get_running_loop().call_later(0.05, leases.ready[1].set_result, "/cache/1")
+        assert await early.fetch(4, 8) == {}  # waited for its lease, not read by range
+        assert ranged.attempts == 1
+        later.cancel()
+        del arriving.attempt  # (now the arriving file holds them)
+        got = await early.fetch(8, 12)
+        assert list(got) == [2]
+        assert arriving.attempts == 1
+        assert owed == [0, 2]
+
+    asyncio.run(main())

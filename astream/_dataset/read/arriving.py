@@ -51,7 +51,7 @@ import numpy.typing as npt
 import xxhash
 
 from astream._arrays import sorted_unique
-from astream._cache.install import find_temporary
+from astream._cache.install import find_temporary, still_written
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._dataset.read.installed import pread as _pread
@@ -129,14 +129,9 @@ class ArrivingShards:
         final = self._turns.policy.cache_path(shard)
         held = self._open.get(shard)
         if held is not None:
-            try:
-                st = os.stat(held.path)
-                same = (st.st_dev, st.st_ino) == held.ident
-            except FileNotFoundError:
-                same = False  # renamed into place (the lease is a moment away) or given up
-            if same:
+            if still_written(held.path, held.ident):
                 return held
-            self._drop(shard)
+            self._drop(shard)  # renamed into place (the lease is a moment away) or given up
         path = find_temporary(final)
         if path is None:
             return None

@@ -39,6 +39,7 @@ from typing import Any
 
 from astream._cache.cache import cache_path, is_installed
 from astream._dataset.layout import SampleMap
+from astream._format.index import ShardInfo
 from astream._format.parquet.reader import ParquetLayout
 from astream._format.record import RecordLayout
 from astream._storage.base import StorageOptions
@@ -64,50 +65,57 @@ class SourcePolicy:
                  network: bool) -> None:
         self.transfers = tuple(transfers)
         self.network = network
-        self._cache: list[str] = []
-        self._size: list[int] = []
-        self._ranged: list[str | None] = []
-        self._arriving: list[bool] = []
-        self._decoded: list[tuple[str, bool] | None] = []
-        for s, index in zip(streams, smap.indexes, strict=True):
-            remote = s.remote
-            usable = remote is not None and not s.validate_hash
-            in_place = remote is not None and scheme_of(remote) in ("", "file")
-            for info in index.shards:
-                layout = smap.layouts[len(self._cache)]
-                name = info.raw_data.basename
-                self._cache.append(cache_path(s.local_dir, s.split, name))
-                self._size.append(info.raw_data.bytes)
-                self._arriving.append(usable and isinstance(layout, RecordLayout))
-                ranged = usable and (network or in_place) and info.zip_data is None and info.format == "mds"
-                self._ranged.append(join_url(remote, s.split, name) if ranged and remote is not None else None)
-                source = info.source
-                decoded = isinstance(layout, ParquetLayout) and source is not None and remote is not None
-                self._decoded.append((join_url(join_url(remote, s.split), source.file), in_place)
-                                     if decoded and remote is not None and source is not None else None)
-        self.any_ranged = any(u is not None for u in self._ranged)
-        self.any_arriving = any(self._arriving)
+        self._smap = smap
+        self._streams = list(streams)
+        # Per stream: a remote to check an install against and no validate_hash; a local folder.
+        self._usable = [s.remote is not None and not s.validate_hash for s in self._streams]
+        self._in_place = [s.remote is not None and scheme_of(s.remote) in ("", "file") for s in self._streams]
+        # Per shard, worked out when first asked (a dataset may have 100k shards; a reader asks
+        # about the few it is waiting for), except the cheap flags below.
+        self._paths: dict[int, str] = {}
+        self.any_arriving = any(self.arrives(g) for g in range(len(smap.layouts)))
+        self.any_ranged = any(self._ranges(g) for g in range(len(smap.layouts)))
+
+    def _info(self, shard: int) -> ShardInfo:
+        return self._smap.indexes[self._smap.shard_stream[shard]].shards[self._smap.shard_local[shard]]
 
     def cache_path(self, shard: int) -> str:
         """Where ``shard``'s (decompressed) file lives in the cache once installed."""
-        return self._cache[shard]
+        path = self._paths.get(shard)
+        if path is None:
+            s = self._streams[self._smap.shard_stream[shard]]
+            path = self._paths[shard] = cache_path(s.local_dir, s.split, self._info(shard).raw_data.basename)
+        return path
 
     def installed(self, shard: int) -> bool:
         """Whether ``shard``'s file is in the cache already (its lease is then a moment away)."""
-        return is_installed(self._cache[shard], self._size[shard])
-
-    def ranged_url(self, shard: int) -> str | None:
-        """The remote URL of ``shard``'s file where its records may be read by range, else None."""
-        return self._ranged[shard]
+        return is_installed(self.cache_path(shard), self._info(shard).raw_data.bytes)
 
     def arrives(self, shard: int) -> bool:
         """Whether ``shard``'s records may be read from its file while it arrives."""
-        return self._arriving[shard]
+        return self._usable[self._smap.shard_stream[shard]] and isinstance(self._smap.layouts[shard], RecordLayout)
+
+    def _ranges(self, shard: int) -> bool:
+        stream = self._smap.shard_stream[shard]
+        info = self._info(shard)
+        return (self._usable[stream] and (self.network or self._in_place[stream]) and info.zip_data is None
+                and info.format == "mds")
+
+    def ranged_url(self, shard: int) -> str | None:
+        """The remote URL of ``shard``'s file where its records may be read by range, else None."""
+        if not self._ranges(shard):
+            return None
+        s = self._streams[self._smap.shard_stream[shard]]
+        return join_url(s.remote, s.split, self._info(shard).raw_data.basename)
 
     def decodable(self, shard: int) -> tuple[str, bool] | None:
         """``(source file URL, in a local folder)`` where ``shard`` (a Parquet row group) may be
         decoded before its install, else None."""
-        return self._decoded[shard]
+        stream = self._smap.shard_stream[shard]
+        s, source = self._streams[stream], self._info(shard).source
+        if s.remote is None or source is None or not isinstance(self._smap.layouts[shard], ParquetLayout):
+            return None
+        return join_url(join_url(s.remote, s.split), source.file), self._in_place[stream]
 
     def turns(self, *, bounded: bool, skips: bool) -> EarlyTurns | None:
         """One reader's early sources (None: its batches come from installed files only)."""
