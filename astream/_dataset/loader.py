@@ -162,19 +162,17 @@ class Loader:
         self._worker_start = WorkerStart()
         self._crew: Crew | None = None
         self._prestart: threading.Timer | None = None
-        if config.num_workers > 0 and config.processes:
+        if config.processes and (config.num_workers > 0 or self._watch is not None):
             # Decided here, where the caller's frames are on the stack (iteration runs on
-            # astream's loop thread): a script without a main guard (startup.py).
-            parts = _pickled_for_workers(dataset, collate_fn=config.collate_fn,
-                                         batch_transform=config.batch_transform)
-            self._worker_start = decide_start(parts, sys._getframe(1))
-        elif self._watch is not None and config.processes:
-            # The same checks for the workers "auto" may choose: what fails them keeps it at 0.
+            # astream's loop thread): a script without a main guard (startup.py). For "auto", the
+            # same checks for the workers it may choose: what fails them keeps it at 0.
             try:
                 parts = _pickled_for_workers(dataset, collate_fn=config.collate_fn,
-                                         batch_transform=config.batch_transform)
+                                             batch_transform=config.batch_transform)
                 self._worker_start = decide_start(parts, sys._getframe(1))
             except ConfigError as exc:
+                if self._watch is None:
+                    raise
                 self._auto_blocked = str(exc).split("\n")[0]
         self.dataset = dataset
         self.num_samples_yielded = 0
@@ -281,6 +279,8 @@ class Loader:
 
     async def _counted(self, batches: AsyncIterator[Any]) -> AsyncIterator[Any]:
         it = batches.__aiter__()
+        if self._watch is not None:
+            self._watch.started()  # the first epoch's start (a no-op after it)
         last = time.perf_counter()
         try:
             while True:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,3 +107,25 @@ def test_num_workers_rejects_other_strings(data: Path) -> None:
     ds = StreamingDataset(local=str(data), batch_size=8)
     with pytest.raises(ConfigError, match="'auto'"):
         Loader(ds, num_workers="many")
+
+
+def test_batches_read_ahead_before_the_consumer_takes_them_still_count(
+    data: Path, monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # A consumer that stalls after its first batch (a loaded machine, a slow first step) lets
+    # the read-ahead make the rest of the small epoch at once: their cost is counted all the same.
+    monkeypatch.setattr(autowatch, "usable_cores", lambda: 4)
+    ds = StreamingDataset(local=str(data), batch_size=8)
+    try:
+        with Loader(ds, num_workers="auto", batch_transform=busy_tag_pid) as loader:
+            it = iter(loader)
+            next(it)
+            time.sleep(0.5)
+            rest = list(it)
+            assert len(rest) == N // 8 - 1
+            list(loader)  # the choice is made as this epoch begins
+            choice = loader.worker_choice
+            assert choice is not None
+            assert choice.produce_s >= 0.003, choice
+    finally:
+        ds.close()

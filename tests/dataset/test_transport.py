@@ -18,15 +18,13 @@ import numpy as np
 import pytest
 
 from astream._dataset.read.collate import collate_samples, concat_batches
+from astream._dataset.transport import codec
 from astream._dataset.transport.pipe import (
     FD_IN_FLIGHT,
     FD_MIN_BYTES,
     INBAND_MAX_BYTES,
     PipeReader,
     PipeWriter,
-    _packed,
-    _pickled,
-    _plain,
     fd_passing_supported,
     recv_object,
     recv_rest,
@@ -71,7 +69,7 @@ def test_small_buffers_travel_in_the_pickle_and_arrive_writable() -> None:
     small = np.arange(32, dtype=np.int64)
     frozen = np.frombuffer(b"abcdefgh", dtype=np.uint8)
     big = np.zeros(INBAND_MAX_BYTES, dtype=np.uint8)
-    _, raws = _pickled({"small": small, "frozen": frozen, "big": big, "s": ["x"]})
+    _, raws = codec.pickled({"small": small, "frozen": frozen, "big": big, "s": ["x"]})
     # One message for a batch of ids and strings: not one more per small array.
     assert [r.nbytes for r in raws] == [big.nbytes]
     a, b = mp.Pipe(duplex=False)
@@ -96,12 +94,12 @@ def test_small_arrays_of_a_batch_travel_packed_and_arrive_as_sent() -> None:
         "fortran": np.asfortranarray(np.arange(6.0).reshape(2, 3)), "fields": np.zeros(2, [("a", "i4"), ("b", "f8")]),
         "objects": np.array([1, "x"], dtype=object), 7: np.arange(2, dtype=np.uint16),
     }
-    wire, packed = _packed(("batch", batch))
+    wire, packed = codec.packed(("batch", batch))
     assert packed
     assert [pack[0] for pack in wire[2]] == ["ids", "flag", "when", "zero_d", "empty", "frozen", "cplx", 7]
     # numpy's reduce names its functions and the dtype's class in every array's pickle;
     # a batch of ids and strings pickles without any.
-    payload, raws = _pickled(_packed(("batch", {"ids": batch["ids"], "name": batch["name"]}))[0])
+    payload, raws = codec.pickled(codec.packed(("batch", {"ids": batch["ids"], "name": batch["name"]}))[0])
     assert not raws
     assert b"numpy" not in payload
     a, b = mp.Pipe(duplex=False)
@@ -134,10 +132,10 @@ def test_large_strided_columns_still_travel_contiguous_out_of_band() -> None:
     column = rows[:, 3]  # strided, as a column of fixed-size records' rows
     wide = rows[:, :40]  # 1.3 MB, strided
     batch = {"ids": np.arange(4), "s": ["a", "b"], "wide": wide, "column": column}
-    assert not _plain(("batch", batch))  # the override's pickler, for the strided columns
-    assert _plain(("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows}))  # contiguous: the plain one
-    assert not _plain(["batch", batch])  # not a message of the usual shape: the override's pickler
-    _, raws = _pickled(("batch", batch))
+    assert not codec.plain(("batch", batch))  # the override's pickler, for the strided columns
+    assert codec.plain(("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows}))  # contiguous: the plain one
+    assert not codec.plain(["batch", batch])  # not a message of the usual shape: the override's pickler
+    _, raws = codec.pickled(("batch", batch))
     assert [r.nbytes for r in raws] == [wide.nbytes]  # made contiguous, out of band; the column in band
     a, b = mp.Pipe(duplex=False)
     for message in (("batch", batch), ("batch", {"ids": np.arange(4), "s": ["a"], "rows": rows})):

@@ -1,4 +1,4 @@
-"""What the first batches of a ``num_workers="auto"`` loader cost, noted as they are handed out.
+"""What the first epoch of a ``num_workers="auto"`` loader costs, noted as its batches are handed out.
 
 No extra work: at each batch the consumer receives, the process's CPU time
 (``time.process_time``, every thread) and the consumer thread's (``time.thread_time``)
@@ -36,36 +36,55 @@ def batch_bytes(batch: Any) -> int:
 
 
 class CostWatch:
-    """The first :data:`OBSERVED` batches' production cost and consumer step."""
+    """The first epoch's production cost per batch, and its first :data:`OBSERVED` consumer steps.
+
+    Production is summed from the epoch's start to its end and divided by the batches
+    handed out: a read-ahead can make many batches before the consumer takes its first
+    (a consumer descheduled on a loaded machine, a small epoch), and a per-interval
+    median would then see those batches as free.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._produce: list[float] = []
+        self._produced = 0.0  # production CPU since the first epoch began
+        self._batches = 0
         self._bytes: list[int] = []
         self._steps: list[float] = []
-        # When the consumer received the previous batch: wall, process CPU, its thread's CPU.
+        # When the consumer received the previous batch (or the epoch began): wall, process CPU,
+        # its thread's CPU.
         self._last: tuple[float, float, float] | None = None
+        self._stepped = False  # whether ``_last`` is a receipt (a step is measured from one)
+
+    def started(self) -> None:
+        """The first epoch began (later epochs are not watched: the choice is made before them)."""
+        with self._lock:
+            if self._last is None:
+                self._last = time.perf_counter(), time.process_time(), time.thread_time()
 
     def received(self, batch: Any, waited: float, cpu_waited: float) -> None:
         """The consumer got ``batch`` after waiting ``waited`` seconds (``cpu_waited`` of its thread's CPU)."""
         now, cpu, mine = time.perf_counter(), time.process_time(), time.thread_time()
         with self._lock:
-            if self._last is not None and len(self._steps) < OBSERVED:
+            if self._last is not None:
                 last, last_cpu, last_mine = self._last
-                self._steps.append(max(0.0, now - last - waited))
-                self._produce.append(max(0.0, (cpu - last_cpu) - (mine - last_mine) + cpu_waited))
-                self._bytes.append(batch_bytes(batch))
+                self._produced += max(0.0, (cpu - last_cpu) - (mine - last_mine) + cpu_waited)
+                if self._stepped and len(self._steps) < OBSERVED:
+                    self._steps.append(max(0.0, now - last - waited))
+                if len(self._bytes) < OBSERVED:
+                    self._bytes.append(batch_bytes(batch))
+            self._batches += 1
             self._last = now, cpu, mine
+            self._stepped = True
 
     def ready(self) -> bool:
         """Whether two batches were seen (an epoch of a single batch says nothing: 0 workers stay)."""
         with self._lock:
-            return bool(self._produce)
+            return bool(self._steps)
 
     def choice(self, ranks_per_node: int, blocked: str | None = None) -> WorkerChoice:
         """The count for the next epochs (0 with ``blocked``: why workers cannot start here)."""
         with self._lock:
-            produce = statistics.median(self._produce)
+            produce = self._produced / max(1, self._batches)
             size = int(statistics.median(self._bytes))
             step = statistics.median(self._steps)
         if blocked is not None:

@@ -1,10 +1,10 @@
 """``num_workers="auto"``: the worker count from the machine's cores and the batches' cost.
 
 No probe runs: the first epoch is read without workers (its first batch comes soonest
-that way, and no process starts), and what its first :data:`OBSERVED` batches cost is
-noted as they are made for the user: the CPU time the loader's thread spent producing
-each (reading, decoding, ``transform``, collation, ``batch_transform``) and the time
-the consumer spent between batches (its training step). From the next epoch on the
+that way, and no process starts), and what it costs is noted as its batches are made
+for the user: the CPU time the loader spent producing them (reading, decoding,
+``transform``, collation, ``batch_transform``) per batch over the epoch, and the time
+the consumer spent between its first :data:`OBSERVED` batches (its training step). From the next epoch on the
 loader runs the count :func:`choose_workers` returns for those figures and the cores
 this process may use (``os.sched_getaffinity``), shared with the other ranks of the
 node. Nothing joins the node agent's epoch barrier but the rank itself (workers are
@@ -31,7 +31,7 @@ from dataclasses import dataclass
 __all__ = ["CROSS_BYTES_PER_S", "CROSS_S", "MAX_AUTO_WORKERS", "OBSERVED", "WorkerChoice", "choose_workers",
            "usable_cores"]
 
-OBSERVED = 16  # batches of the first epoch whose cost the choice uses
+OBSERVED = 16  # batches of the first epoch whose consumer step and size the choice uses
 MAX_AUTO_WORKERS = 8
 CROSS_S = 150e-6  # fixed cost of one batch crossing from a worker (framing, wake-ups)
 CROSS_BYTES_PER_S = 2e9  # the slots' transport on a loaded 2-core machine
