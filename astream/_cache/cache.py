@@ -25,7 +25,7 @@ from astream._format.columns import columns_of
 from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo, SourceRanges
 from astream.errors import CacheError
 
-__all__ = ["Entry", "ShardCache", "State", "shard_files"]
+__all__ = ["Entry", "ShardCache", "State", "cache_path", "is_installed", "shard_files"]
 
 
 @dataclass(frozen=True)
@@ -44,6 +44,20 @@ def shard_files(shard: ShardInfo) -> list[ShardFile]:
     if shard.raw_meta is not None:
         files.insert(0, ShardFile(shard.raw_meta, shard.zip_meta))
     return files
+
+
+def cache_path(local: str, split: str | None, name: str) -> str:
+    """Where the file ``name`` (an index's basename, ``/``-separated) of a stream whose cache
+    folder is ``local`` (and ``split``) lives: the one rule, for the engine and the readers."""
+    root = os.path.join(local, split) if split else local
+    return os.path.join(root, *name.split("/"))
+
+
+def is_installed(path: str, size: int) -> bool:
+    """Whether a shard's file is in place at ``path`` with its index's ``size`` (a ``stat``),
+    as the engine's scan finds an installed shard: what a reader on the node may ask before
+    its lease resolves (its shard is then a moment away), never a promise the agent made."""
+    return _size_is(path, size)
 
 
 @dataclass
@@ -88,8 +102,7 @@ class ShardCache:
     # -- layout -------------------------------------------------------------------------------
     def path(self, info: FileInfo | str) -> str:
         """The local path of a file of this dataset."""
-        name = info if isinstance(info, str) else info.basename
-        return os.path.join(self.root, *name.split("/"))
+        return cache_path(self.root, None, info if isinstance(info, str) else info.basename)
 
     def raw_path(self, i: int) -> str:
         """Where shard ``i``'s (decompressed) data file lives once ready."""

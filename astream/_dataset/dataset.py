@@ -329,7 +329,7 @@ class StreamingDataset(RandomAccess):
             keys = self._first_keys(resume.epoch, resume.sample_in_epoch)
             # The decode first: the redirect wakes the loop thread, whose work would
             # delay this thread's start.
-            decoding = preopen(keys, self.sample_map, self.config.streams, self.session.shards)
+            decoding = preopen(keys, self.sample_map, self.session.sources, self.session.shards)
             warm.redirect(keys, after=decoding)
         finally:
             warm.release()

@@ -7,8 +7,8 @@ holds a Python object per sample.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any, TypeVar, overload
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
@@ -17,7 +17,7 @@ from astream._format.columns import IndexColumns, columns_of
 from astream._format.index import Index, ShardInfo
 from astream._format.kinds import ShardLayout, layout_of
 
-__all__ = ["IntColumn", "Layouts", "PerShard", "SampleMap"]
+__all__ = ["IntColumn", "Layouts", "SampleMap"]
 
 Int64Array = npt.NDArray[np.int64]
 
@@ -164,51 +164,3 @@ class SampleMap:
         """Per stream, its shards' sample counts (what the epoch plan needs)."""
         return [c.samples for c in self.index_columns]
 
-
-T = TypeVar("T")
-
-
-class PerShard(Sequence[T | None]):
-    """Per global shard, a value made when it is asked for, where its stream and its writer
-    config allow one (else None): what a per-shard list of paths was, without a string per
-    shard made up front.
-
-    Args:
-        smap: the shards.
-        streams: per stream, whether any of its shards may have one.
-        entries: per distinct layout (``smap.layout_entries``), whether its shards may.
-        make: the value of a shard, from its stream and its entry.
-    """
-
-    def __init__(self, smap: SampleMap, streams: Sequence[bool], entries: Sequence[bool],
-                 make: Callable[[int, ShardInfo], T]) -> None:
-        self._smap, self._make = smap, make
-        self._made: dict[int, T] = {}
-        entry_ok = np.asarray(entries, bool) if len(entries) else np.zeros(1, bool)
-        self._ok = np.asarray(streams, bool)[smap.shard_stream.values] & entry_ok[smap.layouts.ids]
-
-    def any(self) -> bool:
-        """Whether any shard has one."""
-        return bool(self._ok.any())
-
-    def __eq__(self, other: object) -> bool:  # (as the list it replaces compared)
-        return isinstance(other, Sequence) and len(other) == len(self) and list(self) == list(other)
-
-    __hash__ = None  # type: ignore[assignment]
-
-    def __len__(self) -> int:
-        return len(self._ok)
-
-    @overload
-    def __getitem__(self, i: int) -> T | None: ...
-    @overload
-    def __getitem__(self, i: slice) -> Sequence[T | None]: ...
-    def __getitem__(self, i: int | slice) -> T | Sequence[T | None] | None:
-        if isinstance(i, slice):
-            return [self[k] for k in range(*i.indices(len(self)))]
-        if not self._ok[i]:
-            return None
-        got = self._made.get(i)
-        if got is None:  # (kept: a reader asks again for each batch; it meets its own share only)
-            got = self._made[i] = self._make(self._smap.shard_stream[i], self._smap.shard_info(i))
-        return got

@@ -42,8 +42,7 @@ from astream._format.index import INDEX_NAME, Index
 from astream._storage.base import StorageOptions
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.executor import PriorityExecutor
-from astream._storage.registry import StoragePool, configure
-from astream._storage.retry import RetryPolicy, Timeouts
+from astream._storage.registry import StoragePool, transfer_options
 from astream.errors import ConfigError
 
 __all__ = [
@@ -105,6 +104,11 @@ class EngineSpec:
     download_timeout: float
     cache_limit: int | None
     storage_options: RemoteConfig = EMPTY
+
+    def transfer_options(self) -> StorageOptions:
+        """How this stream's remote is talked to (the engine's, and the ranged reader's)."""
+        return transfer_options(self.remote, self.storage_options, timeout=self.download_timeout,
+                                retries=self.download_retry)
 
 
 @dataclass(frozen=True)
@@ -184,12 +188,7 @@ class CacheProvider:
             else:
                 root = os.path.join(spec.local, spec.split) if spec.split else spec.local
                 index = node_index(os.path.join(root, INDEX_NAME))
-            options = StorageOptions(
-                timeouts=Timeouts(download=spec.download_timeout),
-                retry=RetryPolicy(retries=spec.download_retry),
-            )
-            if spec.remote is not None:
-                options = configure(spec.remote, spec.storage_options, options)
+            options = spec.transfer_options()
             pool = self._pools.get(options)
             if pool is None:
                 pool = self._pools[options] = StoragePool(options)
