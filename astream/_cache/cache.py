@@ -16,13 +16,16 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from astream._cache.durability import CTIME_SLACK, Marker, find_markers, pid_alive
+from astream._cache.durability import CTIME_SLACK, MARKER_PREFIX, Marker, find_markers, pid_alive
 from astream._cache.eviction import Candidate, choose_victims
-from astream._cache.states import Entry, State
-from astream._format.index import FileInfo, Index, ShardInfo, SourceRanges
+from astream._cache.origin import ORIGIN_NAME
+from astream._cache.plan_states import PLAN_FOLDER
+from astream._cache.states import Entries, Entry, State
+from astream._format.columns import columns_of
+from astream._format.index import INDEX_NAME, FileInfo, Index, ShardInfo, SourceRanges
 from astream.errors import CacheError
 
-__all__ = ["Entry", "ShardCache", "State", "shard_files"]
+__all__ = ["Entry", "ShardCache", "State", "cache_path", "is_installed", "shard_files"]
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,20 @@ def shard_files(shard: ShardInfo) -> list[ShardFile]:
     if shard.raw_meta is not None:
         files.insert(0, ShardFile(shard.raw_meta, shard.zip_meta))
     return files
+
+
+def cache_path(local: str, split: str | None, name: str) -> str:
+    """Where the file ``name`` (an index's basename, ``/``-separated) of a stream whose cache
+    folder is ``local`` (and ``split``) lives: the one rule, for the engine and the readers."""
+    root = os.path.join(local, split) if split else local
+    return os.path.join(root, *name.split("/"))
+
+
+def is_installed(path: str, size: int) -> bool:
+    """Whether a shard's file is in place at ``path`` with its index's ``size`` (a ``stat``),
+    as the engine's scan finds an installed shard: what a reader on the node may ask before
+    its lease resolves (its shard is then a moment away), never a promise the agent made."""
+    return _size_is(path, size)
 
 
 @dataclass
@@ -63,16 +80,16 @@ class ShardCache:
     keep_zip: bool = False
     local_only: bool = False
     pinned_at_once: int = 1
-    entries: list[Entry] = field(init=False)
+    entries: Entries = field(init=False)
     used: int = field(init=False, default=0)
     stale_markers: list[Marker] = field(init=False, default_factory=list)
     orphan_markers: list[Marker] = field(init=False, default_factory=list)
     _tick: int = field(init=False, default=0)
 
     def __post_init__(self) -> None:
-        self.entries = [Entry() for _ in self.index.shards]
+        self.entries = Entries(len(self.index.shards))
         if self.limit is not None and not self.local_only and self.index.shards:
-            largest = max(self.footprint(i) for i in range(len(self.index.shards)))
+            largest = int(columns_of(self.index).footprints(self.keep_zip or self.local_only).max())
             needed = largest * (self.pinned_at_once + 1)
             if self.limit < needed:
                 raise CacheError(
@@ -85,8 +102,7 @@ class ShardCache:
     # -- layout -------------------------------------------------------------------------------
     def path(self, info: FileInfo | str) -> str:
         """The local path of a file of this dataset."""
-        name = info if isinstance(info, str) else info.basename
-        return os.path.join(self.root, *name.split("/"))
+        return cache_path(self.root, None, info if isinstance(info, str) else info.basename)
 
     def raw_path(self, i: int) -> str:
         """Where shard ``i``'s (decompressed) data file lives once ready."""
@@ -123,12 +139,24 @@ class ShardCache:
         # Markers of this boot whose run is gone (crashed): their files are complete.
         self.orphan_markers = [m for m in markers if m not in self.stale_markers and not pid_alive(m.pid)]
         covered_from = min((m.ctime for m in self.stale_markers), default=None)
-        found = []
-        for i, shard in enumerate(self.index.shards):
-            stats = [_stat_if_size(self.path(f.raw), f.raw.bytes) for f in shard_files(shard)]
+        found: list[int] = []
+        if _holds_no_shard(self.root):
+            return found  # (a first start: no shard's name made, none stat'ed, at a million shards ~10 s)
+        shards = self.index.shards
+        # A mapped index names each shard's files without making the shard (at a million
+        # shards in one agent, making each was most of its start).
+        raw_files = getattr(shards, "raw_files", None) or (lambda i: [
+            (f.raw.basename, f.raw.bytes, None if f.zip is None else f.zip.basename, -1 if f.zip is None else f.zip.bytes)
+            for f in shard_files(shards[i])])
+        for i in range(len(shards)):
+            files = raw_files(i)
+            stats = [_stat_if_size(self.path(name), size) for name, size, _, _ in files]
             if all(st is not None for st in stats):
                 entry = self.entries[i]
-                entry.found(self._disk_size(i), any(st is not None and st.st_mtime < boot for st in stats) or (
+                # (as _disk_size counts it: the raw files, and a compressed copy kept beside)
+                disk = sum(size + (zsize if zname is not None and _size_is(self.path(zname), zsize) else 0)
+                           for _, size, zname, zsize in files)
+                entry.found(disk, any(st is not None and st.st_mtime < boot for st in stats) or (
                     covered_from is not None
                     and any(st is not None and st.st_ctime >= covered_from - CTIME_SLACK for st in stats)
                 ))
@@ -209,7 +237,7 @@ class ShardCache:
         candidates = [
             Candidate(i, e.size, e.last_used, pinned=e.pins > 0,
                       next_use=None if next_use is None else next_use(i), soon=soon is not None and soon(i))
-            for i, e in enumerate(self.entries)
+            for i, e in self.entries.touched()
             if e.state is State.READY
         ]
         victims = choose_victims(candidates, self.used, need, self.limit)
@@ -232,7 +260,28 @@ class ShardCache:
 
     @property
     def pinned(self) -> list[int]:
-        return [i for i, e in enumerate(self.entries) if e.pins > 0]
+        return [i for i, e in self.entries.touched() if e.pins > 0]
+
+
+# What astream itself keeps in a cache folder besides shards (and unsynced-run markers).
+_OWN = (INDEX_NAME, ORIGIN_NAME, PLAN_FOLDER)
+
+
+def _holds_no_shard(root: str) -> bool:
+    """Whether ``root`` holds nothing but what astream keeps there besides shards (the index,
+    its binary form, the origin record, markers, plan states): then no shard is on disk.
+    Anything else, a sub-folder or an unknown name, says maybe (the shards are scanned)."""
+    try:
+        with os.scandir(root) as it:
+            for entry in it:
+                name = entry.name
+                if not (name in _OWN or name.startswith((MARKER_PREFIX, f".{INDEX_NAME}.astream-v"))):
+                    return False
+    except FileNotFoundError:
+        return True
+    except OSError:
+        return False
+    return True
 
 
 def boot_time() -> float:

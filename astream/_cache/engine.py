@@ -152,7 +152,7 @@ class ShardEngine(Reservations, AsyncResource):
         self.stats.cache_bytes = self.cache.used
         if self._sync is not None and not self._closed:  # (closed meanwhile: its helper is gone)
             self._sync.adopt(self.cache.orphan_markers)
-            if not self.cache.local_only and any(e.state is not State.READY for e in self.cache.entries):
+            if not self.cache.local_only and not self.cache.entries.all_ready():
                 # Something will be fetched: make the marker now (two fsyncs), not when the
                 # first shard is about to be renamed, where the consumer waits for it.
                 self._sync.start_prepare()
@@ -186,7 +186,7 @@ class ShardEngine(Reservations, AsyncResource):
                 "they will be checked before use", RuntimeWarning, stacklevel=3,
             )
         stale = self.cache.stale_markers
-        if stale and not any(e.suspect for e in self.cache.entries):
+        if stale and not any(e.suspect for _, e in self.cache.entries.touched()):
             # Every shard such a marker made suspect has been checked, replaced or removed.
             def remove() -> None:
                 for marker in stale:

@@ -1,4 +1,6 @@
-"""Getting a dataset's index.json: from the remote into the local cache, then parsed.
+"""Getting a dataset's index.json: from the remote into the local cache, then read through
+the node's binary index (:mod:`astream._cache.node_index`: built by the node's first
+process, mapped by the others).
 
 The download goes to a temporary name beside ``<local>/[split/]index.json`` and is
 renamed into place, so a crash never leaves a truncated index that a later run trusts.
@@ -12,13 +14,17 @@ import errno
 import os
 import warnings
 
+import xxhash
+
+from astream._cache.node_index import attach_index, content_hash
+from astream._cache.origin import private_index_folder
 from astream._format.index import INDEX_NAME, MAX_INDEX_BYTES, Index, ShardInfo
 from astream._storage.base import Storage
 from astream._storage.local import local_path_of
 from astream._storage.registry import StoragePool, join_url, scheme_of
-from astream.errors import AstreamError, CacheError, CacheWarning, DownloadError
+from astream.errors import AstreamError, CacheError, CacheWarning, ConfigError, DownloadError
 
-__all__ = ["load_index"]
+__all__ = ["load_index", "node_index"]
 
 
 async def load_index(
@@ -62,7 +68,7 @@ async def load_index(
         )
         have_local = await loop.run_in_executor(None, os.path.exists, local_index)
         if not same and (download or not have_local):
-            before = await loop.run_in_executor(None, _read_quietly, local_index) if have_local else None
+            before = await loop.run_in_executor(None, _keep_before, local_index) if have_local else None
             fetched = False
             try:
                 await _fetch(remote_index, local_index, storage, pool)
@@ -78,9 +84,62 @@ async def load_index(
                 raise
             except OSError as exc:
                 _local_refused(local_index, have_local, exc)
+            finally:
+                if before is not None and not fetched:
+                    before.drop()
             if fetched and before is not None:  # over the cache's copy: what changed is stale
                 return await loop.run_in_executor(None, _forget_changed, local_root, local_index, before)
-    return await loop.run_in_executor(None, Index.load, local_index)
+    return await loop.run_in_executor(None, node_index, local_index, None)
+
+
+def node_index(local_index: str, known_hash: str | None = None) -> Index:
+    """The index at ``local_index`` through the node's binary form (:mod:`astream._cache.node_index`),
+    kept in the user's private cache (``<cache base>/indexes``): never in the dataset's
+    folder (read in place, it is the user's data) nor in a cache folder (whose files are
+    the remote's and astream's few records). Where it cannot be written (no space, no such
+    folder), the JSON is parsed here as it always was.
+
+    Raises:
+        IndexFormatError: the index is missing or malformed.
+    """
+    try:
+        return attach_index(local_index, private_index_folder(), known_hash)
+    except (OSError, ConfigError):
+        return Index.load(local_index)
+
+
+class _Before:
+    """The cache's copy of index.json before a fetch replaces it: a second name (hard link)
+    for its bytes, or, where no link can be made, the bytes themselves."""
+
+    def __init__(self, local_index: str) -> None:
+        self.link: str | None = f"{local_index}.{os.getpid()}.{id(self):x}.before"
+        self.data: bytes | None = None
+        try:
+            os.link(local_index, self.link)
+        except OSError:
+            self.link = None
+            self.data = _read_quietly(local_index)
+
+    def digest(self) -> str | None:
+        if self.link is not None:
+            return content_hash(self.link)
+        return None if self.data is None else xxhash.xxh3_64_hexdigest(self.data)
+
+    def read(self) -> bytes | None:
+        if self.link is not None:
+            return _read_quietly(self.link)
+        return self.data
+
+    def drop(self) -> None:
+        if self.link is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self.link)
+        self.data = None
+
+
+def _keep_before(local_index: str) -> _Before:
+    return _Before(local_index)
 
 
 def _read_quietly(path: str) -> bytes | None:
@@ -91,19 +150,27 @@ def _read_quietly(path: str) -> bytes | None:
         return None
 
 
-def _forget_changed(local_root: str, local_index: str, before: bytes) -> Index:
+def _forget_changed(local_root: str, local_index: str, before: _Before) -> Index:
     """The index just fetched over ``before`` (the cache's copy); the cached files of every
     shard whose entry changed (size or digest: the remote's data was rewritten) are removed,
-    so none is served by its name and size under an index that no longer describes it."""
-    with open(local_index, "rb") as fh:
-        data = fh.read(MAX_INDEX_BYTES + 1)
-    index = Index.from_bytes(data, local_index)
-    if data == before:
-        return index
+    so none is served by its name and size under an index that no longer describes it.
+
+    An unchanged index (every start of a run that downloads it: the usual case) is compared
+    by digests, read in chunks, and then mapped: no process holds its JSON."""
     try:
-        old = {s.raw_data.basename: s for s in Index.from_bytes(before, local_index).shards}
+        now = content_hash(local_index)
+        if before.digest() == now:
+            return node_index(local_index, now)
+        old_data = before.read()
+    finally:
+        before.drop()
+    index = node_index(local_index, now)
+    try:
+        old = {} if old_data is None else {s.raw_data.basename: s
+                                           for s in Index.from_bytes(old_data, local_index).shards}
     except AstreamError:
         old = {}  # a copy that does not parse describes nothing: the scan's size check decides
+    del old_data
     for shard in index.shards:
         was = old.get(shard.raw_data.basename)
         if was is None or _same_entry(was, shard):

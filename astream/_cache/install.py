@@ -29,8 +29,8 @@ from astream._storage.sink import BufferedSink, datasync, fsync_dir
 from astream.errors import CacheError, CompressionError
 
 __all__ = [
-    "CorruptFile", "ShardSink", "find_temporaries", "find_temporary", "remove_stale_temporaries", "temp_name",
-    "verify_files",
+    "CorruptFile", "ShardSink", "find_temporaries", "find_temporary", "remove_stale_temporaries", "still_written",
+    "temp_name", "verify_files",
 ]
 
 _TEMP = re.compile(r"\.(\d+)\.[0-9a-f]{8}\.tmp$")
@@ -72,6 +72,16 @@ def find_temporary(final: str) -> str | None:
                     if best is None or stamp > best[0]:
                         best = (stamp, entry.path)
     return None if best is None else best[1]
+
+
+def still_written(temporary: str, ident: tuple[int, int]) -> bool:
+    """Whether ``temporary`` (found by :func:`find_temporary`) is still the file ``ident``
+    (device, inode) a reader opened: False once it was renamed into place or given up."""
+    try:
+        st = os.stat(temporary)
+    except FileNotFoundError:
+        return False
+    return (st.st_dev, st.st_ino) == ident
 
 
 def _files(folder: str, depth: int, max_depth: int) -> Iterator[os.DirEntry[str]]:

@@ -34,7 +34,7 @@ from astream._storage.local import local_path_of
 from astream._storage.registry import join_url, scheme_of
 from astream.errors import CacheError, ConfigError
 
-__all__ = ["ORIGIN_NAME", "check_owner", "claim_folder", "default_cache_base", "read_origin"]
+__all__ = ["ORIGIN_NAME", "check_owner", "claim_folder", "default_cache_base", "private_index_folder", "read_origin"]
 
 ORIGIN_NAME = ".astream-origin.json"
 _MAX_MARKER = 64 << 10  # a marker is one URL; more is not one of ours
@@ -57,6 +57,20 @@ def default_cache_base() -> str:
     if xdg and os.path.isabs(xdg):
         return os.path.join(xdg, "astream")
     return os.path.join(tempfile.gettempdir(), f"astream-{os.getuid()}")
+
+
+def private_index_folder() -> str:
+    """Where the node's binary indexes of datasets read in place go (the user's data folder is
+    never written): ``<default_cache_base()>/indexes``, made private (0700) as the base is.
+
+    Raises:
+        ConfigError, OSError: it cannot be made, or is not this user's alone.
+    """
+    base = default_cache_base()
+    _private_folder(base, shared_parent=not (os.environ.get("ASTREAM_CACHE_DIR") or os.environ.get("XDG_CACHE_HOME")))
+    folder = os.path.join(base, "indexes")
+    _private_folder(folder, shared_parent=False)
+    return folder
 
 
 def _private_folder(path: str, *, shared_parent: bool) -> None:

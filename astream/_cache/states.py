@@ -15,11 +15,13 @@ use. Every change goes through a method here, which refuses one the state does n
 from __future__ import annotations
 
 import enum
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
+from typing import overload
 
 from astream.errors import CacheError
 
-__all__ = ["Entry", "State"]
+__all__ = ["Entries", "Entry", "State"]
 
 
 class State(enum.Enum):
@@ -82,3 +84,43 @@ class Entry:
         held = self.size
         self.state, self.size, self.verified, self.suspect = State.ABSENT, 0, False, False
         return held
+
+
+class Entries(Sequence[Entry]):
+    """Every shard's :class:`Entry`, made when the shard is first touched: at a million
+    shards, those a node never fetched nor found hold nothing (an absent one reads as a
+    fresh ``Entry()``, not kept)."""
+
+    def __init__(self, count: int) -> None:
+        self._count = count
+        self._made: dict[int, Entry] = {}
+
+    def __len__(self) -> int:
+        return self._count
+
+    @overload
+    def __getitem__(self, i: int) -> Entry: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[Entry]: ...
+    def __getitem__(self, i: int | slice) -> Entry | Sequence[Entry]:
+        if isinstance(i, slice):
+            return [self[k] for k in range(*i.indices(self._count))]
+        if i < 0:
+            i += self._count
+        if not 0 <= i < self._count:
+            raise IndexError(f"shard {i} of {self._count}")
+        got = self._made.get(i)
+        if got is None:
+            got = self._made[i] = Entry()
+        return got
+
+    def __iter__(self) -> Iterator[Entry]:
+        made = self._made
+        return (made.get(i) or Entry() for i in range(self._count))
+
+    def touched(self) -> list[tuple[int, Entry]]:
+        """The shards that have an entry, in shard order (every one not absent is among them)."""
+        return sorted(self._made.items())
+
+    def all_ready(self) -> bool:
+        return len(self._made) == self._count and all(e.state is State.READY for e in self._made.values())

@@ -27,12 +27,12 @@ from astream._dataset.mixture import (
     StreamEntry,
     place_digest,
     plan_changed,
-    stream_key,
 )
 from astream._dataset.quarantine import RAISE, BadSamplePolicy, Quarantine
-from astream._dataset.state import dataset_fingerprint
+from astream._dataset.state import fingerprint_of
 from astream._dataset.stream import Stream
-from astream._format.index import Index, ShardInfo
+from astream._format.columns import columns_of, shard_identity
+from astream._format.index import Index
 from astream._node.provider import CacheProviderFactory, EngineSpec
 from astream._sampling.defaults import (
     BATCHING_METHODS,
@@ -217,10 +217,11 @@ class DatasetConfig:
         for s, index in zip(self.streams, indexes, strict=True):
             where = s.remote or s.local_dir
             place = place_digest(where, s.split)
-            key = base = stream_key([shard_identity(sh) for sh in index.shards], place)
+            cols = columns_of(index)
+            key = base = f"{cols.identity_xxh64}@{place}"  # (stream_key of its shards' identities)
             while key in streams:  # the same stream twice: each occurrence its own
                 key = f"{base}#{len(streams)}"
-            streams[key] = StreamEntry(key, place, tuple(sh.samples for sh in index.shards),
+            streams[key] = StreamEntry(key, place, cols.samples,
                                        name=f"{where}{'/' + s.split if s.split else ''}")
             kind = next((w for w in WEIGHTS if getattr(s, w) is not None), None)
             weights.append((kind, None if kind is None else getattr(s, kind)))
@@ -229,11 +230,9 @@ class DatasetConfig:
 
     def fingerprint(self, indexes: Sequence[Index]) -> str:
         """What a resumable state must match: the shards and the streams' weights."""
-        return dataset_fingerprint([
-            {"shards": [shard_identity(sh) for sh in index.shards],
-             "proportion": s.proportion, "repeat": s.repeat, "choose": s.choose}
-            for s, index in zip(self.streams, indexes, strict=True)
-        ])
+        return fingerprint_of([(columns_of(index), {"proportion": s.proportion, "repeat": s.repeat,
+                                                     "choose": s.choose})
+                               for s, index in zip(self.streams, indexes, strict=True)])
 
     def resolved_predownload(self, batch_size: int | None = None) -> int:
         """MosaicML's ``predownload`` (the reader widens it to one read, see ``lookahead``)."""
@@ -255,13 +254,14 @@ class DatasetConfig:
 
     def provider(self, indexes: Sequence[Index]) -> CacheProviderFactory:
         """What the node agent builds its cache engines from (one per stream)."""
-        total = sum(max(1, sum(sh.raw_data.bytes for sh in index.shards)) for index in indexes)
+        stream_bytes = [max(1, int(columns_of(index).raw_bytes.sum())) for index in indexes]
+        total = sum(stream_bytes)
         specs = []
-        for s, index in zip(self.streams, indexes, strict=True):
+        for s, size in zip(self.streams, stream_bytes, strict=True):
             limit = None
             if self.cache_limit is not None:
                 # One node-wide limit, shared by the streams in proportion to their size.
-                share = max(1, sum(sh.raw_data.bytes for sh in index.shards)) / total
+                share = size / total
                 limit = max(1, int(self.cache_limit * share))
             specs.append(EngineSpec(
                 local=s.local_dir, remote=s.remote, split=s.split, validate_hash=s.validate_hash,
@@ -349,13 +349,3 @@ def _quarantine_source(given: Quarantine) -> str | tuple[int, ...] | None:
     except (TypeError, ValueError) as exc:
         raise ConfigError(f"quarantine= takes a quarantine file's path or sample ids, got {given!r}") from exc
 
-
-def shard_identity(sh: ShardInfo) -> tuple[Any, ...]:
-    """What a state's fingerprint holds of a shard: name, samples, bytes, and for files read
-    in place (Parquet, WebDataset) their size and version (etag), so a changed file is noticed."""
-    if sh.source is not None:
-        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, sh.source.file_bytes, sh.source.etag
-    if sh.format == "webdataset":
-        extra = sh.config.get("webdataset")
-        return sh.raw_data.basename, sh.samples, sh.raw_data.bytes, extra.get("etag") if isinstance(extra, dict) else None
-    return sh.raw_data.basename, sh.samples, sh.raw_data.bytes

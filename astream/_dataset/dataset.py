@@ -175,10 +175,10 @@ class StreamingDataset(RandomAccess):
         prelude = self.__dict__.get("_prelude")
         if prelude is None:
             # Nothing in it refers to the dataset, which its finalizer must not keep alive.
-            smap, shards = self.sample_map, self.session.shards
+            smap, session, shards = self.sample_map, self.session, self.session.shards
             prelude = self._prelude = Prelude(
                 portal(), functools.partial(self.session.new_client, role="warm"), self._planner, self.run, smap,
-                shards, lambda keys: preopen(keys, smap, cfg.streams, shards),
+                shards, lambda keys: preopen(keys, smap, session.sources, shards),
                 per_sample=self._steps() is not None or cfg.bad_samples.skips)  # (skip: every batch through the reader's stand-ins)
             self.run.watch = prelude  # (it reacts to a loaded state's position)
             weakref.finalize(self, prelude.stop_soon).atexit = False  # (at exit the loop thread's close ends it)

@@ -7,22 +7,73 @@ holds a Python object per sample.
 
 from __future__ import annotations
 
-import functools
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from typing import Any, overload
 
 import numpy as np
 import numpy.typing as npt
 
-from astream._format.index import Index
+from astream._format.columns import IndexColumns, columns_of
+from astream._format.index import Index, ShardInfo
 from astream._format.kinds import ShardLayout, layout_of
 
-__all__ = ["SampleMap"]
+__all__ = ["IntColumn", "Layouts", "SampleMap"]
 
 Int64Array = npt.NDArray[np.int64]
 
 
+class IntColumn(Sequence[int]):
+    """An int64 array read as a sequence of Python ints (as the lists it replaces were read);
+    ``np.asarray`` of it is the array itself."""
+
+    def __init__(self, values: Int64Array) -> None:
+        self.values = values
+
+    def __len__(self) -> int:
+        return len(self.values)
+
+    @overload
+    def __getitem__(self, i: int) -> int: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[int]: ...
+    def __getitem__(self, i: int | slice) -> int | Sequence[int]:
+        if isinstance(i, slice):
+            return self.values[i].tolist()  # type: ignore[no-any-return]
+        return int(self.values[i])
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self.values.tolist())
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> Int64Array:
+        return self.values if dtype is None else self.values.astype(dtype, copy=False)
+
+
+class Layouts(Sequence[ShardLayout]):
+    """Every shard's layout: one per distinct writer config, and which one each shard has."""
+
+    def __init__(self, distinct: list[ShardLayout], ids: Int64Array) -> None:
+        self.distinct, self.ids = distinct, ids
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    @overload
+    def __getitem__(self, i: int) -> ShardLayout: ...
+    @overload
+    def __getitem__(self, i: slice) -> Sequence[ShardLayout]: ...
+    def __getitem__(self, i: int | slice) -> ShardLayout | Sequence[ShardLayout]:
+        if isinstance(i, slice):
+            return [self.distinct[k] for k in self.ids[i].tolist()]
+        return self.distinct[int(self.ids[i])]
+
+
 class SampleMap:
     """The shards of all streams, laid end to end.
+
+    Built from each index's columns (:func:`~astream._format.columns.columns_of`): for an
+    index mapped from the node's binary form no shard is made but the first of each writer
+    config, so a rank holds arrays, not an object per shard; ``shard_info`` makes one when
+    it is needed.
 
     Args:
         indexes: each stream's index.
@@ -34,30 +85,44 @@ class SampleMap:
 
     def __init__(self, indexes: Sequence[Index], allow_unsafe_types: bool) -> None:
         self.indexes = list(indexes)
-        self.shard_stream: list[int] = []
-        self.shard_local: list[int] = []
-        self.layouts: list[ShardLayout] = []
-        sizes: list[int] = []
-        for s, index in enumerate(self.indexes):
-            for info in index.shards:
-                self.shard_stream.append(s)
-                self.shard_local.append(info.index)
-                self.layouts.append(layout_of(info, index.source, allow_unsafe_types))
-                sizes.append(info.samples)
-        self.starts: Int64Array = np.zeros(len(sizes) + 1, np.int64)
+        self.index_columns: list[IndexColumns] = [columns_of(index) for index in self.indexes]
+        counts = np.array([len(c.samples) for c in self.index_columns], np.int64)
+        self.first_shard: Int64Array = np.zeros(len(counts) + 1, np.int64)
+        np.cumsum(counts, out=self.first_shard[1:])
+        total = int(self.first_shard[-1])
+        stream = np.repeat(np.arange(len(counts), dtype=np.int64), counts)
+        self.shard_stream = IntColumn(stream)
+        self.shard_local = IntColumn(np.arange(total, dtype=np.int64) - self.first_shard[stream])
+        distinct: list[ShardLayout] = []
+        self.layout_entries: list[ShardInfo] = []  # per distinct layout, a shard of it
+        ids = np.empty(total, np.int64)
+        for s, (index, cols) in enumerate(zip(self.indexes, self.index_columns, strict=True)):
+            lo = int(self.first_shard[s])
+            if any(r.format in ("parquet", "webdataset") for r in cols.representatives):
+                # (their layouts read each shard's own entry: one each, as ever)
+                for k, info in enumerate(index.shards):
+                    ids[lo + k] = len(distinct)
+                    distinct.append(layout_of(info, index.source, allow_unsafe_types))
+                    self.layout_entries.append(info)
+                continue
+            # Shards of one writer config share a layout: the first of each is checked (in
+            # order of first use, so the first unusable shard is the one named).
+            ids[lo : int(self.first_shard[s + 1])] = cols.groups + len(distinct)
+            distinct.extend(layout_of(rep, index.source, allow_unsafe_types) for rep in cols.representatives)
+            self.layout_entries.extend(cols.representatives)
+        self.layouts = Layouts(distinct, ids)
+        sizes = np.concatenate([c.samples for c in self.index_columns]) if counts.size else np.zeros(0, np.int64)
+        self.starts: Int64Array = np.zeros(total + 1, np.int64)
         np.cumsum(sizes, out=self.starts[1:])
-        self.stream_sizes = [index.num_samples for index in self.indexes]
+        self.stream_sizes = [int(c.samples.sum()) for c in self.index_columns]
+        raw = np.concatenate([c.raw_bytes for c in self.index_columns]) if counts.size else np.zeros(0, np.int64)
+        # The mean bytes per sample of each shard (its uncompressed file over its samples):
+        # every epoch reader of the process uses it.
+        self.mean_record_bytes: npt.NDArray[np.float64] = raw / np.maximum(1, sizes)
 
-    @functools.cached_property
-    def mean_record_bytes(self) -> npt.NDArray[np.float64]:
-        """The mean bytes per sample of each shard (its uncompressed file over its samples).
-
-        Worked out once: every epoch reader of the process uses it, and a loop over 100k
-        shards costs ~20 ms.
-        """
-        return np.asarray(
-            [sh.raw_data.bytes / max(1, sh.samples) for index in self.indexes for sh in index.shards], np.float64
-        )
+    def shard_info(self, shard: int) -> ShardInfo:
+        """Global shard ``shard``'s entry (made on demand from a mapped index)."""
+        return self.indexes[int(self.shard_stream.values[shard])].shards[int(self.shard_local.values[shard])]
 
     @property
     def num_samples(self) -> int:
@@ -66,13 +131,13 @@ class SampleMap:
     def shard_file(self, sample: int) -> str:
         """The file name of the shard that holds ``sample``."""
         shard, _ = self.locate_one(sample)
-        return self.indexes[self.shard_stream[shard]].shards[self.shard_local[shard]].raw_data.basename
+        return self.shard_info(shard).raw_data.basename
 
     def describe(self, sample: int) -> str:
         """Sample ``sample`` for a message: its id, record, shard file and stream."""
         shard, offset = self.locate_one(sample)
-        stream, local = self.shard_stream[shard], self.shard_local[shard]
-        name = self.indexes[stream].shards[local].raw_data.basename
+        stream = self.shard_stream[shard]
+        name = self.shard_info(shard).raw_data.basename
         return f"sample {sample} (record {offset} of shard {name}, stream {stream})"
 
     @property
@@ -95,6 +160,7 @@ class SampleMap:
         shard = int(np.searchsorted(self.starts, sample, side="right")) - 1
         return shard, sample - int(self.starts[shard])
 
-    def stream_shard_sizes(self) -> list[list[int]]:
+    def stream_shard_sizes(self) -> list[Int64Array]:
         """Per stream, its shards' sample counts (what the epoch plan needs)."""
-        return [index.shard_sizes for index in self.indexes]
+        return [c.samples for c in self.index_columns]
+

@@ -23,6 +23,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 import numpy as np
+import numpy.typing as npt
 import xxhash
 
 from astream._sampling.options import PlanOptions
@@ -69,7 +70,8 @@ class StreamEntry:
 
     key: str
     place: str
-    shard_sizes: tuple[int, ...]
+    # (an array: at a million shards a tuple of ints was ~36 MB of objects in every rank)
+    shard_sizes: npt.NDArray[np.int64]
     name: str = ""  # how messages name it: only known for the dataset's own streams
 
     @property
@@ -78,22 +80,23 @@ class StreamEntry:
         return self.key.split("@", 1)[0]
 
     def to_dict(self) -> dict[str, Any]:
-        runs: list[list[int]] = []
-        for size in self.shard_sizes:
-            if runs and runs[-1][0] == size:
-                runs[-1][1] += 1
-            else:
-                runs.append([size, 1])
-        return {"place": self.place, "shards": runs}
+        sizes = np.asarray(self.shard_sizes, np.int64)
+        # Runs of equal sizes, [size, count] each (a writer's shards are mostly alike).
+        starts = np.flatnonzero(np.r_[True, sizes[1:] != sizes[:-1]]) if len(sizes) else np.zeros(0, np.int64)
+        counts = np.diff(np.r_[starts, len(sizes)])
+        return {"place": self.place, "shards": [[s, c] for s, c in zip(sizes[starts].tolist(), counts.tolist(),
+                                                                      strict=True)]}
 
     @classmethod
     def from_dict(cls, key: str, obj: Any) -> StreamEntry:
         try:
-            sizes = tuple(int(size) for size, count in obj["shards"] for _ in range(int(count)))
+            runs = [(int(size), int(count)) for size, count in obj["shards"]]
+            sizes = np.repeat(np.array([r[0] for r in runs], np.int64),
+                              np.maximum(0, np.array([r[1] for r in runs], np.int64)))
             place = str(obj["place"])
-        except (KeyError, TypeError, ValueError) as exc:
+        except (KeyError, TypeError, ValueError, OverflowError) as exc:
             raise StateError(f"state key {MIXTURE_KEY!r}: stream {key} is malformed ({exc!r})") from exc
-        if any(s < 0 for s in sizes) or not sum(sizes):
+        if (sizes < 0).any() or not sizes.sum():
             raise StateError(f"state key {MIXTURE_KEY!r}: stream {key} has no samples or negative shard sizes")
         return cls(key, place, sizes)
 
@@ -203,8 +206,8 @@ def align(saved: MixtureHistory, current: MixtureHistory) -> MixtureHistory:
             if old.place == stream.place and old.key not in known:
                 raise StateError(
                     f"stream {stream.name or key} changed since this state was saved: its shards or sample "
-                    f"counts differ ({len(old.shard_sizes)} shards of {sum(old.shard_sizes)} samples then, "
-                    f"{len(stream.shard_sizes)} of {sum(stream.shard_sizes)} now), so what it already delivered "
+                    f"counts differ ({len(old.shard_sizes)} shards of {int(np.sum(old.shard_sizes))} samples then, "
+                    f"{len(stream.shard_sizes)} of {int(np.sum(stream.shard_sizes))} now), so what it already delivered "
                     "this epoch is unknown; restore its shards, or start a fresh epoch instead of resuming"
                 )
         alike = [old.key for old in saved.streams.values()

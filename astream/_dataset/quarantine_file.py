@@ -22,10 +22,10 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from astream._dataset.config import shard_identity
 from astream._dataset.layout import SampleMap
 from astream._dataset.quarantine import BadSample, Quarantine
-from astream._dataset.state import dataset_fingerprint
+from astream._dataset.state import fingerprint_of
+from astream._format.columns import columns_of
 from astream._format.index import Index
 from astream.errors import ConfigError
 
@@ -36,7 +36,7 @@ VERSION = 1
 
 def stream_fingerprint(index: Index) -> str:
     """The digest a quarantine file is matched by: one stream's shards, weights left out."""
-    return dataset_fingerprint([{"shards": [shard_identity(sh) for sh in index.shards]}])
+    return fingerprint_of([(columns_of(index), {})])
 
 
 def write_quarantine(path: str | os.PathLike[str], location: str, index: Index, smap: SampleMap,

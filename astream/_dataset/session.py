@@ -22,9 +22,12 @@ from astream._dataset.config import DatasetConfig
 from astream._dataset.layout import SampleMap
 from astream._dataset.read.arriving import ArrivingShards
 from astream._dataset.read.peek import RemotePeek
+from astream._dataset.read.policy import SourcePolicy
+from astream._dataset.read.ranged import RangedReader
 from astream._dataset.read.reader import EpochReader
 from astream._dataset.read.samples import SampleSteps
 from astream._dataset.read.shards import OpenShards
+from astream._dataset.read.sources import EarlySources
 from astream._dataset.start.held import HeldClient
 from astream._format.index import Index
 from astream._node.provider import shard_key, view_of
@@ -61,8 +64,7 @@ class NodeSession:
             weakref.WeakKeyDictionary()
         )
         self.shards = OpenShards(smap)
-        self._peek_sources: list[tuple[str, str] | None] | bool | None = False  # False: not worked out yet
-        self._arriving_paths: list[str | None] | bool | None = False
+        self._sources: SourcePolicy | None = None  # (worked out on first use)
         self._plans: OrderedDict[Hashable, EpochPlan] = OrderedDict()
         self._plans_lock = threading.Lock()
         self._view: str | None = None  # the dataset's identity at its node agent (see view_of)
@@ -128,22 +130,24 @@ class NodeSession:
         if client is not None:
             await client.aclose()
 
-    def remote_peek(self) -> RemotePeek | None:
-        """Ranged reads of shards still downloading, for one reader (see :mod:`astream._dataset.read.peek`)."""
-        if self._peek_sources is False:
-            self._peek_sources = RemotePeek.sources_of(self._smap, list(self._config.streams),
-                                                       network=self._network_peek)
-        sources = self._peek_sources
-        if not isinstance(sources, list):
-            return None
-        return RemotePeek(self._smap, sources, [s.remote_config for s in self._config.streams])
+    @property
+    def sources(self) -> SourcePolicy:
+        """Which early sources apply to each shard (see :mod:`astream._dataset.read.policy`), chosen once."""
+        if self._sources is None:
+            transfers = [spec.transfer_options() for spec in self._config.provider(self._indexes).streams]
+            self._sources = SourcePolicy(self._smap, self._config.streams, transfers, network=self._network_peek)
+        return self._sources
 
-    def arriving(self) -> ArrivingShards | None:
-        """Reads of shards still arriving in the cache, for one reader (see :mod:`astream._dataset.read.arriving`)."""
-        if self._arriving_paths is False:
-            self._arriving_paths = ArrivingShards.paths_of(self._smap, list(self._config.streams))
-        paths = self._arriving_paths
-        return ArrivingShards(self._smap, paths) if isinstance(paths, list) else None
+    def early_sources(self) -> EarlySources | None:
+        """One reader's early sources (see :mod:`astream._dataset.read.sources`), or None: a
+        bounded cache, skip mode, or a dataset none applies to."""
+        cfg = self._config
+        turns = self.sources.turns(bounded=cfg.cache_limit is not None, skips=cfg.bad_samples.skips)
+        if turns is None:
+            return None
+        policy = turns.policy
+        ranged = RemotePeek(self._smap, turns, RangedReader(policy.transfers)) if policy.any_ranged else None
+        return EarlySources(turns, ranged, ArrivingShards(self._smap, turns) if policy.any_arriving else None)
 
     def reader(
         self, node: AsyncNodeClient, order: WorkerBatches, predownload: int, steps: SampleSteps | None = None,
@@ -153,7 +157,7 @@ class NodeSession:
         ``skipped``: with ``on_bad_sample="skip"``, the ids known to be bad."""
         policy = self._config.bad_samples
         return EpochReader(node, self._smap, order, predownload, self._config.max_concurrency, self.shards,
-                           peek=self.remote_peek(), arriving=self.arriving(), steps=steps, batch_transform=batch_transform,
+                           early=self.early_sources(), steps=steps, batch_transform=batch_transform,
                            bounded=self._config.cache_limit is not None, window=window,
                            bad_samples=(policy, skipped) if policy.skips else None)
 

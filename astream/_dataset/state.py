@@ -16,9 +16,10 @@ from typing import Any
 import xxhash
 
 from astream._coord.wire import MAX_EPOCH
+from astream._format.columns import IndexColumns
 from astream.errors import StateError
 
-__all__ = ["FINGERPRINT_KEY", "STATE_KEYS", "EpochState", "dataset_fingerprint"]
+__all__ = ["FINGERPRINT_KEY", "STATE_KEYS", "EpochState", "dataset_fingerprint", "fingerprint_of"]
 
 STATE_KEYS = ("epoch", "sample_in_epoch", "num_canonical_nodes", "shuffle_seed", "initial_physical_nodes")
 FINGERPRINT_KEY = "astream_fingerprint"
@@ -46,6 +47,22 @@ def dataset_fingerprint(streams: Sequence[Mapping[str, Any]]) -> str:
         for stream in streams
     ]
     return xxhash.xxh64(json.dumps(canonical, sort_keys=True).encode()).hexdigest()
+
+
+def fingerprint_of(streams: Sequence[tuple[IndexColumns, Mapping[str, Any]]]) -> str:
+    """:func:`dataset_fingerprint` of streams given by their index's columns and weights: the
+    same digest, its text hashed as it streams (each index's shard identities as its builder
+    wrote them), so no shard's tuple is made."""
+    digest = xxhash.xxh64(b"[")
+    for n, (columns, weights) in enumerate(streams):
+        head = json.dumps({"choose": weights.get("choose"), "proportion": weights.get("proportion"),
+                           "repeat": weights.get("repeat"), "shards": []}, sort_keys=True)
+        digest.update(((", " if n else "") + head[: -len("[]}")]).encode())  # ("shards" sorts last)
+        for chunk in columns.identity():
+            digest.update(chunk)
+        digest.update(b"}")
+    digest.update(b"]")
+    return digest.hexdigest()
 
 
 @dataclass(frozen=True)

@@ -35,13 +35,14 @@ import xxhash
 
 from astream._cache.engine import ShardEngine
 from astream._cache.eviction import NodePlan
+from astream._cache.index_file import node_index
 from astream._coord.provider import StageCallback
+from astream._format.columns import columns_of
 from astream._format.index import INDEX_NAME, Index
 from astream._storage.base import StorageOptions
 from astream._storage.config import EMPTY, RemoteConfig
 from astream._storage.executor import PriorityExecutor
-from astream._storage.registry import StoragePool, configure
-from astream._storage.retry import RetryPolicy, Timeouts
+from astream._storage.registry import StoragePool, transfer_options
 from astream.errors import ConfigError
 
 __all__ = [
@@ -104,6 +105,11 @@ class EngineSpec:
     cache_limit: int | None
     storage_options: RemoteConfig = EMPTY
 
+    def transfer_options(self) -> StorageOptions:
+        """How this stream's remote is talked to (the engine's, and the ranged reader's)."""
+        return transfer_options(self.remote, self.storage_options, timeout=self.download_timeout,
+                                retries=self.download_retry)
+
 
 @dataclass(frozen=True)
 class CacheProviderFactory:
@@ -139,16 +145,9 @@ def view_of(factory: CacheProviderFactory) -> str:
         if factory.indexes is None:
             continue
         digest.update(b"\0index\0")
-        for shard in factory.indexes[i].shards:
-            digest.update(_shard_view(shard))
+        # (every shard's view, hashed once in order: by the binary index's builder, or here)
+        digest.update(columns_of(factory.indexes[i]).view_digest.encode())
     return digest.hexdigest()[:24]
-
-
-def _shard_view(shard: Any) -> bytes:
-    zip_data = shard.zip_data
-    return repr((shard.raw_data.basename, shard.raw_data.bytes, sorted(shard.raw_data.hashes.items()),
-                 None if zip_data is None else (zip_data.basename, zip_data.bytes, sorted(zip_data.hashes.items())),
-                 shard.samples, shard.column_names, shard.column_encodings, shard.format)).encode()
 
 
 Key = tuple[int, int]
@@ -188,13 +187,8 @@ class CacheProvider:
                 index = self._indexes[i]
             else:
                 root = os.path.join(spec.local, spec.split) if spec.split else spec.local
-                index = Index.load(os.path.join(root, INDEX_NAME))
-            options = StorageOptions(
-                timeouts=Timeouts(download=spec.download_timeout),
-                retry=RetryPolicy(retries=spec.download_retry),
-            )
-            if spec.remote is not None:
-                options = configure(spec.remote, spec.storage_options, options)
+                index = node_index(os.path.join(root, INDEX_NAME))
+            options = spec.transfer_options()
             pool = self._pools.get(options)
             if pool is None:
                 pool = self._pools[options] = StoragePool(options)

@@ -13,6 +13,7 @@ import warnings
 from collections.abc import Sequence
 
 from astream._cache.eviction import min_cache_bytes
+from astream._format.columns import columns_of
 from astream._format.index import Index
 from astream._node.provider import EngineSpec
 from astream.errors import CacheError, CacheWarning
@@ -22,16 +23,7 @@ __all__ = ["check_cache_floor", "check_cache_room", "footprints", "warn_if_thras
 
 def footprints(index: Index, keep_zip: bool) -> list[int]:
     """Bytes each shard of ``index`` takes in the cache once installed."""
-    out = []
-    for shard in index.shards:
-        total = 0
-        for raw, zipped in ((shard.raw_data, shard.zip_data), (shard.raw_meta, shard.zip_meta)):
-            if raw is not None:
-                total += raw.bytes
-                if zipped is not None and keep_zip:
-                    total += zipped.bytes
-        out.append(total)
-    return out
+    return list(columns_of(index).footprints(keep_zip).tolist())
 
 
 def check_cache_room(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, readers: int, batch_size: int) -> None:
@@ -77,7 +69,7 @@ def warn_if_thrashing(indexes: Sequence[Index], specs: Sequence[EngineSpec], *, 
         if spec.cache_limit is None or spec.remote is None or not index.shards:
             continue
         total = sum(footprints(index, spec.keep_zip))
-        samples = max(1, sum(s.samples for s in index.shards))
+        samples = max(1, int(columns_of(index).samples.sum()))
         if shuffle_algo == "naive":
             working = total
         else:

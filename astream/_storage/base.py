@@ -141,7 +141,9 @@ async def with_retries(
     policy, timeouts = options.retry, options.timeouts
     last: BaseException | None = None
     timed_out = True
+    made = 0
     for n in range(policy.attempts):
+        made = n + 1
         try:
             return await within(timeouts.download, attempt(n))
         except TimeoutError as exc:
@@ -152,6 +154,8 @@ async def with_retries(
         except Transient as exc:
             last, timed_out = exc, False
             throttled, retry_after = exc.throttled, exc.retry_after
+            if throttled and policy.yield_to_throttle:
+                break  # (a hint leaves a throttling remote to the transfer that slows down)
         if n + 1 < policy.attempts:
             events.on_retry(url, n + 1, last, throttled)
             await asyncio.sleep(policy.delay(n, retry_after))
@@ -162,7 +166,7 @@ async def with_retries(
         else str(last)
     )
     message = (
-        f"{url}: {verb} failed after {policy.attempts} attempt{'s' if policy.attempts > 1 else ''} "
+        f"{url}: {verb} failed after {made} attempt{'s' if made > 1 else ''} "
         f"(download_retry={policy.retries}); last cause: {cause}"
     )
     if verb == "upload":

@@ -26,7 +26,7 @@ from astream._resource import AsyncResource
 from astream._storage.base import Storage, StorageOptions, TransferEvents
 from astream._storage.config import RemoteConfig
 from astream._storage.local import LocalStorage
-from astream._storage.retry import Timeouts
+from astream._storage.retry import RetryPolicy, Timeouts
 from astream.errors import ConfigError
 
 __all__ = [
@@ -38,6 +38,7 @@ __all__ = [
     "register",
     "scheme_of",
     "storage_class",
+    "transfer_options",
 ]
 
 log = logging.getLogger("astream")
@@ -210,6 +211,20 @@ def configure(
             download=config.get("timeout", timeouts.download), connect=config.get("connect_timeout", timeouts.connect)
         )
     return replace(base, timeouts=timeouts, remote=config)
+
+
+def transfer_options(
+    remote: str | None, storage_options: Mapping[str, Any] | RemoteConfig | None, *, timeout: float, retries: int,
+) -> StorageOptions:
+    """The transfer settings of one remote: its ``download_timeout`` and ``download_retry``,
+    then its ``storage_options`` (see :func:`configure`). The one derivation, shared by the
+    node's engine and the dataset's ranged reader, so both talk to a remote alike.
+
+    Raises:
+        ConfigError: as :func:`configure`.
+    """
+    options = StorageOptions(timeouts=Timeouts(download=timeout), retry=RetryPolicy(retries=retries))
+    return options if remote is None else configure(remote, storage_options, options)
 
 
 def join_url(root: str, *parts: str | None) -> str:

@@ -77,12 +77,16 @@ class RetryPolicy:
         backoff: the first back-off in seconds; attempt ``n`` waits up to ``backoff * 2**n``.
         max_backoff: the cap of one back-off, also applied to ``Retry-After``.
         jitter: fraction of each back-off that is randomised (0: none, 1: full jitter).
+        yield_to_throttle: a throttled answer (429, 503, SlowDown) ends the attempts at once
+            instead of being retried: the policy of a hint (a ranged read ahead of the
+            node's transfer, which slows down for the remote instead and fetches the bytes).
     """
 
     retries: int = 2
     backoff: float = 0.25
     max_backoff: float = 10.0
     jitter: float = 0.5
+    yield_to_throttle: bool = False
 
     def __post_init__(self) -> None:
         check_int("download_retry", self.retries, 0)

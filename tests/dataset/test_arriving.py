@@ -15,7 +15,6 @@ import astream._storage.sink as sink
 from astream import MDSWriter
 from astream._dataset.dataset import StreamingDataset
 from astream._dataset.loader import Loader
-from astream._dataset.read.arriving import ArrivingShards
 from astream.errors import ServedSamplesError
 from astream.testing import Fault, LoopbackServer
 
@@ -184,8 +183,9 @@ def test_validate_hash_streams_are_never_read_while_arriving(tmp_path: Path) -> 
     ds = StreamingDataset(remote=str(remote), local=str(tmp_path / "a"), validate_hash="xxh64")
     plain = StreamingDataset(remote=str(remote), local=str(tmp_path / "b"))
     try:
-        assert ArrivingShards.paths_of(ds.sample_map, list(ds.config.streams)) is None
-        paths = ArrivingShards.paths_of(plain.sample_map, list(plain.config.streams))
+        assert not ds.session.sources.any_arriving
+        policy = plain.session.sources
+        paths = [policy.cache_path(g) for g in range(len(plain.sample_map.layouts)) if policy.arrives(g)]
         assert paths == [str(tmp_path / "b" / "shard.00000.mds")]
     finally:
         ds.close()

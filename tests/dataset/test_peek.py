@@ -184,16 +184,19 @@ def test_a_local_directory_remote_is_read_in_place_by_worker_processes(raw_remot
 
 
 def test_peek_urls_follow_the_rules(slow_server: LoopbackServer, tmp_path: Path) -> None:
-    from astream._dataset.read.peek import RemotePeek
+    from astream._dataset.read.policy import SourcePolicy
 
     ds = StreamingDataset(remote=slow_server.url, local=str(tmp_path / "cache"), batch_size=8)
     try:
-        sources = RemotePeek.sources_of(ds.sample_map, ds.streams, network=True)
-        assert sources is not None
-        assert sources[0] == (f"{slow_server.url}/shard.00000.mds", str(tmp_path / "cache" / "shard.00000.mds"))
+        sources = ds.session.sources
+        assert sources.any_ranged
+        assert (sources.ranged_url(0), sources.cache_path(0)) == (
+            f"{slow_server.url}/shard.00000.mds", str(tmp_path / "cache" / "shard.00000.mds"))
         # A loader's worker process reads ahead from local-directory remotes only.
-        assert RemotePeek.sources_of(ds.sample_map, ds.streams, network=False) is None
-        assert pickle.loads(pickle.dumps(ds)).session.remote_peek() is None
+        assert not SourcePolicy(ds.sample_map, ds.streams, sources.transfers, network=False).any_ranged
+        early = pickle.loads(pickle.dumps(ds)).session.early_sources()
+        assert early is not None
+        assert early.ranged is None
     finally:
         ds.close()
 

@@ -6,7 +6,7 @@ only once it is complete and checked (:mod:`astream._cache.install`). A reader w
 next batch lies in such a shard does not have to wait for the rename: every byte below
 the temporary file's size is written, so once the offset table and the records a batch
 needs are there, they are read with ``pread`` and decoded as a small shard of their own
-(:func:`~astream._dataset.read.peek.small_shard`: the format layer's checks apply). Nothing
+(:func:`~astream._dataset.read.records.small_shard`: the format layer's checks apply). Nothing
 here ever writes, renames or trusts a file: what a later run finds in the cache is still
 only what the engine renamed into place.
 
@@ -31,7 +31,8 @@ until then, :meth:`ArrivingShards.sources`):
 The reader waits for these checks before an iteration ends, so an epoch never finishes
 with an unchecked sample.
 
-Where it does not apply (the reader waits for the shard, as before): streams with
+Where it does not apply (the reader waits for the shard, as before; decided by
+:mod:`astream._dataset.read.policy`): streams with
 ``validate_hash`` (a sample must not be handed out before its file's digest is checked),
 local datasets (nothing arrives), and readers of a bounded cache (they pin one batch at
 a time; see :mod:`astream._dataset.read.reader`).
@@ -39,23 +40,24 @@ a time; see :mod:`astream._dataset.read.reader`).
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import os
 import struct
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping
 
 import numpy as np
 import numpy.typing as npt
 import xxhash
 
 from astream._arrays import sorted_unique
-from astream._cache.install import find_temporary
+from astream._cache.install import find_temporary, still_written
 from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._dataset.read.installed import pread as _pread
 from astream._dataset.read.ledger import FROM_SOURCE, Ident, Span
-from astream._dataset.read.peek import PeekedRecords, check_head, coalesce, small_shard
+from astream._dataset.read.policy import ARRIVING, EarlyTurns
+from astream._dataset.read.records import PeekedRecords, check_head, coalesce, small_shard
 from astream._format.record import RecordLayout
 from astream._format.shard import ShardReader
 from astream.errors import ShardFormatError
@@ -86,13 +88,13 @@ class ArrivingShards:
 
     Args:
         smap: where every global shard's records live and how they decode.
-        paths: per global shard, the cache path of its raw (decompressed) file where
-            reading it early applies, else None (see :meth:`paths_of`).
+        turns: the reader's early sources (which shards may be read early, each one's cache
+            path, and turning them off).
     """
 
-    def __init__(self, smap: SampleMap, paths: Sequence[str | None]) -> None:
+    def __init__(self, smap: SampleMap, turns: EarlyTurns) -> None:
         self._smap = smap
-        self._paths = list(paths)
+        self._turns = turns
         self._open: dict[int, _Open] = {}
         self._heads: dict[int, Int64Array] = {}
         # Per shard, the files records were served from (kept open until the shard is checked).
@@ -101,48 +103,35 @@ class ArrivingShards:
         # file's inode number is not given to another file meanwhile.
         self._kept: dict[int, list[int]] = {}
         self._head_span: dict[int, Span] = {}
-        self._off: set[int] = set()
         # Per shard, the run of arrived records read last: (first record, end, records).
         self._blocks: dict[int, tuple[int, int, PeekedRecords]] = {}
 
-    @staticmethod
-    def paths_of(smap: SampleMap, streams: Sequence[Any]) -> list[str | None] | None:
-        """Per global shard, its raw file's cache path where early reads apply (else None),
-        or None when no shard of the dataset can be read early.
-
-        Args:
-            streams: the dataset's resolved streams (``remote``, ``split``, ``validate_hash``,
-                ``local_dir``).
-        """
-        out: list[str | None] = []
-        for s, index in zip(streams, smap.indexes, strict=True):
-            usable = s.remote is not None and not s.validate_hash
-            folder = os.path.join(s.local_dir, s.split) if s.split else s.local_dir
-            for info in index.shards:
-                # MDS shards only: a text shard's records are located through its meta file,
-                # and Parquet row groups and tars are not record files at all.
-                mds = isinstance(smap.layouts[len(out)], RecordLayout)
-                out.append(os.path.join(folder, info.raw_data.basename) if usable and mds else None)
-        return out if any(p is not None for p in out) else None
-
     def applies(self, shard: int) -> bool:
-        return self._paths[shard] is not None
+        return self._turns.applies(ARRIVING, shard)
+
+    def attempt(self, want: Mapping[int, Int64Array]) -> asyncio.Future[dict[int, PeekedRecords] | None] | None:
+        """The records ``want[shard]`` of each shard of ``want`` if their arriving files hold
+        them now (a done future: see :class:`~astream._dataset.read.sources.ShardSource`), else None."""
+        out: dict[int, PeekedRecords] = {}
+        for shard, offsets in want.items():
+            records = self.records(shard, offsets) if self.applies(shard) else None
+            if records is None:
+                return None
+            out[shard] = records
+        done: asyncio.Future[dict[int, PeekedRecords] | None] = asyncio.get_running_loop().create_future()
+        done.set_result(out)
+        return done
 
     def _file(self, shard: int) -> _Open | None:
         """The temporary file of ``shard`` now (None: not being written, or renamed already)."""
-        final = self._paths[shard]
-        if final is None:
+        if not self._turns.policy.arrives(shard):
             return None
+        final = self._turns.policy.cache_path(shard)
         held = self._open.get(shard)
         if held is not None:
-            try:
-                st = os.stat(held.path)
-                same = (st.st_dev, st.st_ino) == held.ident
-            except FileNotFoundError:
-                same = False  # renamed into place (the lease is a moment away) or given up
-            if same:
+            if still_written(held.path, held.ident):
                 return held
-            self._drop(shard)
+            self._drop(shard)  # renamed into place (the lease is a moment away) or given up
         path = find_temporary(final)
         if path is None:
             return None
@@ -173,14 +162,14 @@ class ArrivingShards:
 
     def records(self, shard: int, offsets: Int64Array) -> PeekedRecords | None:
         """Records ``offsets`` of ``shard`` if its arriving file holds them already, else None."""
-        if shard in self._off:
+        if not self.applies(shard):
             return None
         try:
             return self._records(shard, offsets)
         except (OSError, ShardFormatError):
             # Unreadable, or a header that disagrees with index.json: wait for the download
             # (the shard's own checks then report what is wrong).
-            self._off.add(shard)
+            self._turns.fail(ARRIVING, shard)
             self._drop(shard)
             return None
 
@@ -260,7 +249,7 @@ class ArrivingShards:
                 return None  # (cannot happen: the file only grows)
             view, offset = view[got:], offset + got
         layout = self._smap.layouts[shard]
-        assert isinstance(layout, RecordLayout)  # paths_of offers MDS shards only
+        assert isinstance(layout, RecordLayout)  # (the source policy offers MDS shards only)
         reader = ShardReader(body, layout, name=name, shard=shard, expected_samples=n)
         records = PeekedRecords(reader, np.arange(first, upto, dtype=np.int64),
                                 [self._head_span[shard], (int(head[first]), int(head[upto]), FROM_SOURCE)])

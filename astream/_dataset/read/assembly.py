@@ -6,7 +6,7 @@ batches at once (:class:`~astream._dataset.read.grouping.BatchGroups`); small re
 decoded many batches at a time (:func:`~astream._dataset.read.ahead.decode_ahead`), from
 ready leases or a run of an arriving shard, and each batch is a slice of that window.
 Every source of records (an installed shard, or records served early,
-:class:`~astream._dataset.read.peek.PeekedRecords`) is read through one interface, so a
+:class:`~astream._dataset.read.records.PeekedRecords`) is read through one interface, so a
 batch equals what reading it alone from the installed files gives.
 """
 
@@ -24,8 +24,9 @@ from astream._dataset import tuning
 from astream._dataset.layout import SampleMap
 from astream._dataset.read.ahead import DecodedAhead, decode_ahead
 from astream._dataset.read.grouping import BatchGroups
-from astream._dataset.read.peek import PeekedRecords
+from astream._dataset.read.records import PeekedRecords
 from astream._dataset.read.shards import OpenShards, ResidentPages
+from astream._dataset.read.sources import InstalledFile
 from astream._format.gather import gather_batch
 from astream._format.kinds import SampleSource
 from astream._format.record import RecordLayout
@@ -54,11 +55,10 @@ class Assembly:
                  offset: Int64Array, pages: ResidentPages, paths: dict[int, str], bounded: bool,
                  readable_until: Callable[[int], int]) -> None:
         self._smap = smap
-        self._shards = shards
+        self._installed = InstalledFile(shards, paths)  # (the main path: the installed files)
         self._bounds = bounds
         self._shard, self._offset = shard, offset
         self._pages = pages
-        self._paths = paths
         self._bounded = bounded
         self._readable_until = readable_until
         self._groups: BatchGroups | None = None  # made at the first batch spanning shards
@@ -75,7 +75,7 @@ class Assembly:
     def reader(self, shard: int, peeked: dict[int, PeekedRecords] | None = None) -> SampleSource | PeekedRecords:
         if peeked and shard in peeked:
             return peeked[shard]
-        return self._shards.get(shard, self._paths[shard])
+        return self._installed.reader(shard)
 
     def read_batch(self, a: int, b: int, peeked: dict[int, PeekedRecords] | None = None,
                     k: int | None = None) -> dict[str, Any]:
@@ -153,7 +153,7 @@ class Assembly:
 
         def source(g: int) -> SampleSource:
             got = runs.get(g)
-            return got.reader if got is not None else self._shards.get(g, self._paths[g])
+            return got.reader if got is not None else self._installed.reader(g)
 
         try:
             ahead = decode_ahead(self._smap.layouts, source, self._shard[a:stop], offsets, a, done)

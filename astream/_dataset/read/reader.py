@@ -11,7 +11,7 @@ A batch whose shard is still arriving is read from the file being written once i
 records are there (:mod:`astream._dataset.read.arriving`), and checked against the installed
 file when the shard's lease resolves. Until the first batch can come from the cache, a
 batch may also be read from the remote by byte range (:mod:`astream._dataset.read.peek`),
-whichever comes first.
+whichever comes first: each an early source behind :mod:`astream._dataset.read.sources`.
 
 With a bounded cache (``bounded=True``) a reader pins only what its current batch reads
 (a lease is one run of a shard, requested once the batch it starts in is next), so the
@@ -42,16 +42,16 @@ import numpy.typing as npt
 from astream._coord.client import AsyncNodeClient
 from astream._dataset.layout import SampleMap
 from astream._dataset.observe.timings import STAGES
-from astream._dataset.read.arriving import ArrivingShards
 from astream._dataset.read.assembly import Assembly
 from astream._dataset.read.checking import ServedChecks
 from astream._dataset.read.collate import collate_samples
 from astream._dataset.read.early_reads import EarlyReads
 from astream._dataset.read.ledger import ServedLedger
-from astream._dataset.read.peek import PeekedRecords, RemotePeek
+from astream._dataset.read.records import PeekedRecords
 from astream._dataset.read.requests import LeaseRequests
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards, ResidentPages
+from astream._dataset.read.sources import EarlySources
 from astream._dataset.read.substitutes import BadSamples, ReaderSide, Substitutes
 from astream._node.provider import shard_key
 from astream._resource import AsyncResource
@@ -87,9 +87,8 @@ class EpochReader(AsyncResource, ReaderSide):
         predownload: how many samples ahead shards are requested (at least one read's worth).
         max_concurrency: shard requests in flight at once.
         shards: the process's open shard readers (shared across epochs).
-        peek: reads the records of shards still downloading from the remote (None: wait).
-        arriving: reads the records of shards still downloading from the cache's file
-            being written (None: wait for the shard).
+        early: its early sources, as the dataset's source policy chose them for it (None:
+            every batch waits for its leases; so with a bounded cache or in skip mode).
         steps: what each sample goes through when it must be read one by one (a
             transform, a subclass's ``__getitem__``; see :mod:`astream._dataset.read.samples`).
         batch_transform: applied to each batch once collated.
@@ -107,8 +106,7 @@ class EpochReader(AsyncResource, ReaderSide):
         predownload: int,
         max_concurrency: int,
         shards: OpenShards,
-        peek: RemotePeek | None = None,
-        arriving: ArrivingShards | None = None,
+        early: EarlySources | None = None,
         steps: SampleSteps | None = None,
         batch_transform: Callable[[Any], Any] | None = None,
         bounded: bool = False,
@@ -120,13 +118,11 @@ class EpochReader(AsyncResource, ReaderSide):
         self._batch_transform = batch_transform
         self._bounded = bounded
         self._window = max(1, window)
-        # Bounded: no reading ahead by range, whose batches pass leases still in flight
-        # (their pins would outlive the batch). Skip mode: only installed shards (see substitutes).
-        self._peek = None if bounded or bad_samples else peek
-        self._arriving = None if bounded or bad_samples else arriving
+        self._sources = early
         # What was served before its shard's install (the one record of it, its ledger), and
         # the check of it against the installed file (its failure stops the iteration).
-        self._checks = ServedChecks(node, self._arriving, lambda lease: self._leases.key(lease))
+        self._checks = ServedChecks(node, None if early is None else early.arriving,
+                                    lambda lease: self._leases.key(lease))
         self._smap = smap
         self._shards = shards
         self.order = order
@@ -139,8 +135,7 @@ class EpochReader(AsyncResource, ReaderSide):
         self._leases = LeaseRequests(node, smap, leased, predownload, max_concurrency, self._pages, bounded)
         self._assembly = Assembly(smap, shards, order.bounds, self._shard, self._offset, self._pages,
                                   self._leases.paths, bounded, self._readable_until)
-        self._early = EarlyReads(smap, self._shard, self._offset, self._leases, self._checks, shards, peek,
-                                 arriving, bounded or bad_samples is not None)
+        self._early = EarlyReads(smap, self._shard, self._offset, self._leases, self._checks, shards, early)
 
     def _begin(self, read_size: int) -> None:
         """Lease the sequence (and, unbounded, start asking for it), once one read's size is known."""
@@ -156,12 +151,12 @@ class EpochReader(AsyncResource, ReaderSide):
             if pending:
                 await asyncio.gather(*pending, return_exceptions=True)
             await self._leases.release_all()
-            if self._peek is not None:
-                await self._peek.aclose()
         finally:
-            if self._arriving is not None:
-                self._arriving.close()  # also when this close is cancelled itself (a loop shutting down)
-            self._leases.drop_futures()
+            try:
+                if self._sources is not None:
+                    await self._sources.aclose()
+            finally:
+                self._leases.drop_futures()
 
     async def _fetch(self, a: int, b: int) -> dict[int, PeekedRecords]:
         """Make positions ``a:b`` readable (:meth:`EarlyReads.fetch`); the records read early,

@@ -35,7 +35,7 @@ from astream._dataset.observe.timings import STAGES
 from astream._dataset.quarantine import BadSample, BadSamplePolicy, Substituted
 from astream._dataset.read.assembly import Assembly, read_positions
 from astream._dataset.read.collate import collate_samples
-from astream._dataset.read.peek import PeekedRecords
+from astream._dataset.read.records import PeekedRecords
 from astream._dataset.read.requests import LeaseRequests
 from astream._dataset.read.samples import SampleSteps, apply_batch_transform
 from astream._dataset.read.shards import OpenShards

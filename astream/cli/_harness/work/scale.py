@@ -1,6 +1,7 @@
 """The scale workloads (internal stages: they move with the code they measure): reading a
 dataset's index with many shards, by astream's binary node index (``build``: the node's
-first process; ``attach``: every other one) or its JSON reader (``json``), and by
+first process; ``attach``: every other one; ``dataset``: a further process's whole
+``StreamingDataset`` construction over it) or its JSON reader (``json``), and by
 mosaicml-streaming's (``json.load`` and one reader object per shard, what its ``Stream``
 does); seconds, CPU seconds, RSS growth and peak RSS.
 
@@ -69,6 +70,12 @@ def index(lib: str, what: str, root: str, mem_cap_mb: int | None = None) -> dict
 
         if what == "build" and os.path.exists(binary_path(index_json)):
             os.unlink(binary_path(index_json))
+        if what == "dataset":  # a further process of the node: the node's first built it (elsewhere)
+            import subprocess
+            import sys
+
+            subprocess.run([sys.executable, "-c", "import sys; from astream._cache.index_file import node_index; "
+                            "node_index(sys.argv[1], True)", index_json], check=True)
     base = _vm("VmRSS")
     start, cpu = time.perf_counter(), time.process_time()
     if lib == "mosaicml":
@@ -78,6 +85,11 @@ def index(lib: str, what: str, root: str, mem_cap_mb: int | None = None) -> dict
         sizes = np.array([s.samples for s in shards], np.int64)
     elif what == "json":
         sizes = np.array(Index.load(index_json).shard_sizes, np.int64)
+    elif what == "dataset":
+        from astream import StreamingDataset
+
+        ds = StreamingDataset(local=root, shuffle=True, batch_size=32)
+        sizes = ds.sample_map.stream_shard_sizes()[0]
     else:
         got = attach_index(index_json)
         sizes = got.shards.samples  # type: ignore[attr-defined]
