@@ -35,6 +35,7 @@ import dataclasses
 import json
 import mmap
 import os
+import weakref
 from collections.abc import Iterator, Sequence
 from typing import Any, overload
 
@@ -52,6 +53,12 @@ __all__ = ["FORMAT_VERSION", "MAGIC", "BinaryIndex", "ShardTable", "write_binary
 
 _CHECK = 8  # the trailing xxh3-64
 _CHUNK = 1 << 24
+
+# This process's open maps, by (file, checksum): a dataset unpickled in the process that
+# maps the file already (a loader's stand-in workers, each epoch) takes that map, not one
+# more (each holds a file descriptor until it is collected: two a loader, found by
+# tests/dataset/test_epochs_leak.py).
+_MAPPED: weakref.WeakValueDictionary[tuple[str, str], BinaryIndex] = weakref.WeakValueDictionary()
 
 
 class BinaryIndex:
@@ -143,9 +150,10 @@ class BinaryIndex:
         try:
             binary = cls(path, source, mapped, header, start, digest.hexdigest())
             binary.ident = (st.st_dev, st.st_ino)
-            return binary
         except (ValueError, KeyError, TypeError) as exc:
             raise bad(f"columns that do not fit the file ({exc})") from exc
+        _MAPPED[(path, binary.checksum)] = binary
+        return binary
 
     def _string(self, offsets: str, blob: str, k: int) -> str:
         off = self._cols[offsets]
@@ -264,6 +272,10 @@ class BinaryIndex:
         return dataclasses.replace(t, index=i, samples=int(self.samples[i]), raw_data=raw, zip_data=zipped,
                                    raw_meta=raw_meta, zip_meta=zip_meta)
 
+    @property
+    def closed(self) -> bool:
+        return self._map.closed
+
     def close(self) -> None:
         self._cols.clear()
         self._columns = None
@@ -333,6 +345,9 @@ class ShardTable(Sequence[ShardInfo]):
 
 
 def _reopen(path: str, source: str, checksum: str, keep: int) -> ShardTable:
+    mapped = _MAPPED.get((path, checksum))
+    if mapped is not None and not mapped.closed:
+        return ShardTable(mapped, keep)
     binary = BinaryIndex.open(path, source)
     if binary.checksum != checksum:
         binary.close()
